@@ -1,0 +1,51 @@
+// Package testservice starts real services (Redis, Consul) for tests, each
+// on free loopback ports in the test's temporary directory, and stops them
+// at cleanup. When a service's binary is missing the test is skipped, unless
+// the CI environment variable is set, in which case it fails: CI must run
+// every test against the real thing.
+package testservice
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testservice: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Binary finds an executable by name: first in the environment variable env
+// (a path), then in $HOME/.cache/infergate/bin (where scripts/tools.sh
+// caches tools it builds), then on PATH. It skips the test when the binary is
+// missing and CI is unset, and fails it when CI is set.
+func Binary(t testing.TB, env, name string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(home, ".cache", "infergate", "bin", name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	msg := name + " not found (set " + env + ", or run `make tools` / install it)"
+	if os.Getenv("CI") != "" {
+		t.Fatal("testservice: " + msg)
+	}
+	t.Skip("testservice: " + msg)
+	return ""
+}
