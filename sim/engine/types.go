@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/infergate/infergate/sim/profile"
+)
+
+// Submit errors. They are distinct so a server can map them to status codes:
+// ErrContextLength, ErrKVCapacity and ErrInvalidRequest to 400,
+// ErrUnknownAdapter to 404.
+var (
+	// ErrContextLength: prompt plus max_tokens exceed the max model length.
+	ErrContextLength = errors.New("engine: prompt and max_tokens exceed the maximum model length")
+	// ErrKVCapacity: the request could never fit in the KV cache.
+	ErrKVCapacity = errors.New("engine: request can never fit in the KV cache")
+	// ErrUnknownAdapter: the LoRA adapter is not registered.
+	ErrUnknownAdapter = errors.New("engine: unknown LoRA adapter")
+	// ErrAdapterExists: LoadAdapter of an already registered adapter.
+	ErrAdapterExists = errors.New("engine: LoRA adapter already loaded")
+	// ErrInvalidRequest: malformed request (non-positive prompt, duplicate ID, nil).
+	ErrInvalidRequest = errors.New("engine: invalid request")
+	// ErrInvalidConfig wraps every New validation failure.
+	ErrInvalidConfig = errors.New("engine: invalid config")
+)
+
+// Defaults, as vLLM's (see docs/simulator.md for the sources).
+const (
+	DefaultMaxNumSeqs = 256
+	// DefaultMaxBatchedTokens is vLLM V1's max_num_batched_tokens for the
+	// OpenAI server on GPUs with at least 70 GiB other than the A100; the
+	// rest get DefaultMaxBatchedTokensSmallGPU.
+	DefaultMaxBatchedTokens         = 8192
+	DefaultMaxBatchedTokensSmallGPU = 2048
+	// DefaultMaxLoras is vLLM's --max-loras default.
+	DefaultMaxLoras             = 1
+	DefaultGPUMemoryUtilization = 0.9
+	// DefaultLoRALoadTime is the stall of the step that first uses an
+	// adapter not resident in a GPU slot.
+	DefaultLoRALoadTime = 25 * time.Millisecond
+	// DefaultMFU is the fraction of peak bf16 FLOPS reached by prefill.
+	DefaultMFU = 0.5
+	// DefaultBandwidthEfficiency is the fraction of peak memory bandwidth
+	// reached by decode.
+	DefaultBandwidthEfficiency = 0.85
+	// DefaultStepOverhead is the fixed CPU/launch cost of one engine step.
+	DefaultStepOverhead = 800 * time.Microsecond
+	// DefaultPerSeqOverhead is the per-scheduled-request CPU cost of a step
+	// (scheduling, sampling, detokenisation).
+	DefaultPerSeqOverhead = 4 * time.Microsecond
+)
+
+// Config configures one simulated pod. The zero value of every field other
+// than Model and GPU picks vLLM's default.
+type Config struct {
+	Model profile.ModelSpec
+	GPU   profile.GPUSpec
+	// TensorParallel is the number of GPUs the model is sharded over (1).
+	TensorParallel int
+	// MaxNumSeqs caps running requests (256; recent vLLM uses 1024 on
+	// ≥70 GiB GPUs other than the A100, set it to match).
+	MaxNumSeqs int
+	// MaxBatchedTokens is the per-step token budget of chunked prefill
+	// (8192 on H100/H200, 2048 otherwise). Must be ≥ MaxNumSeqs.
+	MaxBatchedTokens int
+	// MaxModelLen caps prompt+output tokens. Zero: the model's context,
+	// lowered to what the KV cache holds (vLLM refuses to start instead).
+	MaxModelLen int
+	// MaxLoras is the number of GPU LoRA slots (1).
+	MaxLoras int
+	// Adapters are registered at start (not yet resident in a slot).
+	Adapters []string
+	// LoRALoadTime is the cost of bringing an adapter into a slot (25ms).
+	LoRALoadTime time.Duration
+	// DisablePrefixCaching turns automatic prefix caching off (on by default).
+	DisablePrefixCaching bool
+	// GPUMemoryUtilization is the fraction of device memory vLLM uses (0.9).
+	GPUMemoryUtilization float64
+	// ActivationReserveBytes is per-GPU memory kept for activations, CUDA
+	// graphs and the sampler. Zero: 1 GiB + 16 KiB per batched token.
+	ActivationReserveBytes int64
+	// NumBlocks overrides the KV capacity computed from memory (tests).
+	NumBlocks int
+	// MFU, BandwidthEfficiency, StepOverhead, PerSeqOverhead tune the cost
+	// model; see the Default constants.
+	MFU                 float64
+	BandwidthEfficiency float64
+	StepOverhead        time.Duration
+	PerSeqOverhead      time.Duration
+}
+
+// Request is one generation request. The engine owns it from Submit until
+// OnDone (or Cancel) and does not modify it.
+//
+// Callbacks run on the driver's goroutine (inside Advance; under the
+// Realtime's lock) and must not block: hand results off through a buffered
+// channel or a non-blocking send. They may call Submit and Cancel on the same
+// engine (not through Realtime, whose lock they already hold). Nil callbacks
+// are skipped; leave OnTokens nil when per-token timing is not needed, it is
+// the only per-step-per-request call.
+type Request struct {
+	ID      uint64
+	Adapter string // "" for the base model
+	// PromptTokens is the prompt length in tokens (> 0).
+	PromptTokens int
+	// BlockHashes are the chained hashes of the prompt's full 16-token
+	// blocks; the prefix cache is keyed on them (namespaced by Adapter).
+	BlockHashes []uint64
+	// MaxTokens caps generated tokens (finish reason "length"); zero means
+	// up to MaxModelLen, as vLLM.
+	MaxTokens int
+	// OutputTokens, if positive and below MaxTokens, is where the simulated
+	// model emits EOS (finish reason "stop").
+	OutputTokens int
+
+	OnFirstToken func(at time.Duration)
+	OnTokens     func(at time.Duration, n int) // n new tokens, the first included
+	OnDone       func(at time.Duration, res Result)
+}
+
+// Result describes a finished request.
+type Result struct {
+	PromptTokens     int
+	CachedTokens     int // prompt tokens served from the prefix cache at first admission
+	CompletionTokens int
+	FinishReason     string // "length" or "stop"
+	Err              error
+	// FirstTokenAt is when the first token was produced; Preemptions how
+	// many times the request was preempted (recomputed).
+	FirstTokenAt time.Duration
+	Preemptions  int
+}
+
+// Stats is a snapshot of the engine, shaped after vLLM's /metrics.
+type Stats struct {
+	Waiting, Running int
+	// KVUsage is the fraction of KV blocks held by requests, in [0,1];
+	// cached-but-unreferenced blocks count as free, as vLLM.
+	KVUsage               float64
+	NumBlocks, UsedBlocks int
+	BlockSize             int
+	// RunningAdapters/WaitingAdapters are the sorted adapter names with a
+	// running/waiting request (vllm:lora_requests_info).
+	RunningAdapters, WaitingAdapters []string
+	// LoadedAdapters are the adapters resident in GPU slots.
+	LoadedAdapters []string
+	MaxLoras       int
+	// PrefixCacheQueries/Hits count tokens, as vllm:prefix_cache_{queries,hits}.
+	PrefixCacheQueries, PrefixCacheHits int64
+	Preemptions                         int64
+	PromptTokens, GenerationTokens      int64
+	FinishedRequests                    int64
+	LoraLoads                           int64
+	// Steps counts engine steps (a coalesced run of decode steps counts
+	// each step).
+	Steps int64
+}
