@@ -1,0 +1,282 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/infergate/infergate/shared/tokenize"
+)
+
+// apiError is a request failure to report as an OpenAI-style JSON error.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(code, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatMessage keeps content raw: it may be a string, an array of content
+// parts or null.
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    string          `json:"name,omitempty"`
+}
+
+// commonRequest holds the fields both completion endpoints share.
+type commonRequest struct {
+	Model               string          `json:"model"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	N                   *int            `json:"n"`
+	Messages            json.RawMessage `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+}
+
+// decodeRequest parses and validates a completion request body. It does
+// not resolve the model; that needs server state.
+func decodeRequest(w http.ResponseWriter, r *http.Request, chat bool, maxBody int64) (*commonRequest, *apiError) {
+	var req commonRequest
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return nil, err
+	}
+	if req.Model == "" {
+		return nil, badRequest("missing_model", "you must provide a model parameter")
+	}
+	if chat && isNullOrAbsent(req.Messages) {
+		return nil, badRequest("missing_messages", "'messages' is a required property")
+	}
+	if !chat && isNullOrAbsent(req.Prompt) {
+		return nil, badRequest("missing_prompt", "'prompt' is a required property")
+	}
+	if req.StreamOptions != nil && !req.Stream {
+		return nil, badRequest("invalid_value", "stream_options can only be defined when stream=true")
+	}
+	if req.N != nil && *req.N != 1 {
+		return nil, badRequest("invalid_value", "the simulator supports only n=1")
+	}
+	for _, p := range []struct {
+		name string
+		v    *int
+	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
+		if p.v != nil && *p.v < 1 {
+			return nil, badRequest("invalid_value", "%s must be at least 1, got %d", p.name, *p.v)
+		}
+	}
+	return &req, nil
+}
+
+// decodeJSON reads exactly one JSON value from a size-limited body.
+func decodeJSON(w http.ResponseWriter, r *http.Request, maxBody int64, v any) *apiError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	err := dec.Decode(v)
+	if err == nil {
+		// Trailing data after the value is malformed JSON too; reading it
+		// also applies the size limit to the rest of the body.
+		var extra json.RawMessage
+		if err = dec.Decode(&extra); err == nil {
+			err = errors.New("unexpected data after the top-level value")
+		} else if errors.Is(err, io.EOF) {
+			return nil
+		}
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
+			msg: fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody)}
+	}
+	return badRequest("invalid_json", "could not parse the JSON body: %v", err)
+}
+
+func isNullOrAbsent(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s == "" || s == "null"
+}
+
+// promptTokens tokenizes the prompt or messages of a validated request.
+func (req *commonRequest) promptTokens(chat bool) ([]uint32, *apiError) {
+	if chat {
+		var msgs []chatMessage
+		if err := json.Unmarshal(req.Messages, &msgs); err != nil {
+			return nil, badRequest("invalid_value", "'messages' must be an array of message objects: %v", err)
+		}
+		if len(msgs) == 0 {
+			return nil, badRequest("invalid_value", "'messages' must contain at least one message")
+		}
+		var toks []uint32
+		for i, m := range msgs {
+			if m.Role == "" {
+				return nil, badRequest("invalid_value", "messages[%d].role is required", i)
+			}
+			text, err := messageText(m.Content)
+			if err != nil {
+				return nil, badRequest("invalid_value", "messages[%d].content: %v", i, err)
+			}
+			// A rough stand-in for a chat template: role marker, content, end.
+			toks = tokenize.AppendTokens(toks, "<|"+m.Role+"|>\n")
+			toks = tokenize.AppendTokens(toks, text)
+			toks = tokenize.AppendTokens(toks, "<|end|>\n")
+		}
+		toks = tokenize.AppendTokens(toks, "<|assistant|>\n")
+		return toks, nil
+	}
+	return promptTokens(req.Prompt)
+}
+
+// messageText flattens string or content-part message content.
+func messageText(raw json.RawMessage) (string, error) {
+	if isNullOrAbsent(raw) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("must be a string or an array of content parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// promptTokens accepts the /v1/completions prompt forms for one prompt: a
+// string, a one-element string array, or an array of token IDs.
+func promptTokens(raw json.RawMessage) ([]uint32, *apiError) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if s == "" {
+			return nil, badRequest("invalid_value", "'prompt' must not be empty")
+		}
+		return tokenize.Tokens(s), nil
+	}
+	var ss []string
+	if err := json.Unmarshal(raw, &ss); err == nil {
+		if len(ss) != 1 || ss[0] == "" {
+			return nil, badRequest("invalid_value", "the simulator supports exactly one non-empty prompt per request")
+		}
+		return tokenize.Tokens(ss[0]), nil
+	}
+	var ids []uint32
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		if len(ids) == 0 {
+			return nil, badRequest("invalid_value", "'prompt' must not be empty")
+		}
+		return ids, nil
+	}
+	return nil, badRequest("invalid_value", "'prompt' must be a string, an array of one string, or an array of token IDs")
+}
+
+// Response shapes, as OpenAI (and vLLM) send them.
+
+type usage struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails *promptDetail `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptDetail struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+type chatMessageOut struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int            `json:"index"`
+	Message      chatMessageOut `json:"message"`
+	Logprobs     *struct{}      `json:"logprobs"`
+	FinishReason string         `json:"finish_reason"`
+}
+
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   usage        `json:"usage"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	Usage   *usage            `json:"usage,omitempty"`
+}
+
+type textChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type textCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []textChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+type modelCard struct {
+	ID          string  `json:"id"`
+	Object      string  `json:"object"`
+	Created     int64   `json:"created"`
+	OwnedBy     string  `json:"owned_by"`
+	Root        string  `json:"root"`
+	Parent      *string `json:"parent"`
+	MaxModelLen int     `json:"max_model_len,omitempty"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+type loraRequest struct {
+	LoraName string `json:"lora_name"`
+	LoraPath string `json:"lora_path"`
+}
