@@ -1,27 +1,48 @@
 // Package picker is infergate's endpoint-picking core, shaped like the
 // Gateway API Inference Extension's scheduling framework: Filters narrow the
 // candidate pods, weighted Scorers rate each survivor in [0,1], a Picker
-// chooses. Scheduling is a pure function of (request, snapshot of pod state)
-// so the same code runs in the Tier 1 proxy, the ext_proc server and the
-// routing benchmark.
+// ranks them. Scheduling is a pure function of (request, snapshot of pod
+// state, router-side Tracker state), so the same code runs in the Tier 1
+// proxy and in the routing benchmark's virtual time.
 //
-// API CONTRACT (used by tier1/gateway, bench and tests; keep these names and
-// signatures stable, add freely):
+// API CONTRACT (used by tier1/gateway, bench and tests; names and
+// signatures are stable, additions are free):
 //
-//	type Request, Pod, Metrics (below)
-//	type Filter, Scorer, Picker interfaces (below)
-//	type ProfileConfig (YAML: filters, scorers with weights, picker)
-//	DefaultProfile() ProfileConfig          // infergate's default
-//	GIEDefaultProfile() ProfileConfig       // queue 2, kv 2, prefix 3
+//	type Request, Pod, Metrics, CycleState; Filter, Scorer, Picker interfaces
+//
+//	type ProfileConfig  // YAML: base, filters, scorers [{name, weight, enabled, <params>}],
+//	                    // picker, stale_after, max_ranked, saturation
+//	DefaultProfile(), GIEDefaultProfile(), RoundRobinProfile() ProfileConfig
+//	(ProfileConfig).WithWeight(name, w) / WithParam(name, param, v) / Clone()
+//	ParseProfile(name string, yaml []byte) (ProfileConfig, error)  // merged onto its base
+//	(*ProfileConfig).UnmarshalYAML / SetDefaults / Validate        // embeddable in config.Decode
+//
+//	type Options struct{ Tracker *Tracker; Rand *rand.Rand }
 //	NewScheduler(cfg ProfileConfig, opts Options) (*Scheduler, error)
 //	(*Scheduler).Schedule(req *Request, pods []*Pod) (Result, error)
-//	ErrNoCandidates, ErrSaturated            // sentinel errors
-//	NewTracker(opts TrackerOptions) *Tracker // router-side state
-//	(*Tracker).Dispatched(pod string, req *Request)        // at dispatch
+//	(*Scheduler).ScheduleInto(res *Result, req *Request, pods []*Pod) error // reuses res
+//	(*Scheduler).Update(cfg ProfileConfig) error  // hot reload, atomic
+//	type Result struct{ Ranked, Candidates []*Pod; Total []float64;
+//	                    Scorers []string; Weights []float64; Scores [][]float64; Saturated bool }
+//	ErrNoCandidates (→ 503), ErrSaturated (Result still populated; queue or shed)
+//
+//	Saturated(p *Pod) bool; type SaturationDetector (Saturated, Stale, PoolSaturation)
+//	QueueDepth(p *Pod) int; Load(p *Pod) int
+//
+//	NewTracker(opts TrackerOptions) *Tracker // router-side state + prefix index
+//	(*Tracker).Dispatched(pod string, req *Request)        // at dispatch: in-flight++, records BlockHashes
 //	(*Tracker).FirstToken(pod string, req *Request, ttft time.Duration)
-//	(*Tracker).Done(pod string, req *Request)              // at completion/failure
+//	(*Tracker).Done(pod string, req *Request)              // at completion or failure
 //	(*Tracker).Apply(pods []*Pod)           // fills InFlight*, PrefillTokensPerSec
-//	prefix index (tier1/prefix) recorded by the Scheduler after a pick
+//
+// Per request the caller: builds pod snapshots, calls Tracker.Apply, then
+// Schedule; dispatches to Ranked[0] (Ranked[1:] on retry) and reports
+// Dispatched / FirstToken / Done to the Tracker. Schedule never mutates
+// the caller's pods or the Tracker.
+//
+// Concurrency: Schedule, ScheduleInto, Update and every Tracker method are
+// safe for concurrent use. Hot reload: call Update (in-flight cycles finish
+// on the old profile) or build a new Scheduler and swap it; both are cheap.
 package picker
 
 import "time"
@@ -38,6 +59,7 @@ type Request struct {
 	Priority     int           // higher is more important; < 0 is sheddable
 	Sheddable    bool          // may be rejected with 429 under saturation
 	TTFTSLO      time.Duration // optional per-request TTFT objective, 0 = none
+	Pool         string        // if set, only pods of this pool qualify
 }
 
 // Metrics is the state scraped from one pod's /metrics.
@@ -74,6 +96,11 @@ type Pod struct {
 	InFlight             int     // requests dispatched and not yet finished
 	InFlightPromptTokens int     // prompt tokens of requests not yet past first token
 	PrefillTokensPerSec  float64 // learned online from TTFTs; 0 = unknown
+	// InFlightPrefill counts requests not yet past first token, and
+	// InFlightUncachedTokens their prompt tokens not expected to hit the
+	// pod's prefix cache: the prefill work queued ahead of a new request.
+	InFlightPrefill        int
+	InFlightUncachedTokens int
 }
 
 // CycleState is per-request scratch space shared by the plugins of one
@@ -81,6 +108,19 @@ type Pod struct {
 // keys.
 type CycleState struct {
 	values map[string]any
+
+	// Built-in plugins share these without boxing (no allocation).
+	cyc         *cycle
+	seed        uint64 // per-cycle random source for tie-breaks
+	maxRanked   int    // Picker output cap, <0 = all
+	out         []*Pod // Picker output buffer (Result.Ranked)
+	prefixValid bool   // prefixLen holds Match results for the candidates
+	prefixLen   []int
+}
+
+func (c *CycleState) reset() {
+	clear(c.values)
+	*c = CycleState{values: c.values}
 }
 
 // Read returns the value stored under key.

@@ -1,0 +1,84 @@
+package picker
+
+import "time"
+
+// SaturationDetector decides whether a pod (or the pool) can take more
+// work right now, as GIE's saturation detector does. A pod is saturated
+// when its metrics are stale, its effective queue reaches QueueThreshold or
+// its KV-cache usage reaches KVThreshold. The zero value uses the defaults.
+type SaturationDetector struct {
+	QueueThreshold int           // default DefaultQueueThreshold
+	KVThreshold    float64       // default DefaultKVThreshold
+	StaleAfter     time.Duration // default DefaultStaleAfter
+}
+
+func (d SaturationDetector) withDefaults() SaturationDetector {
+	if d.QueueThreshold <= 0 {
+		d.QueueThreshold = DefaultQueueThreshold
+	}
+	if d.KVThreshold <= 0 {
+		d.KVThreshold = DefaultKVThreshold
+	}
+	if d.StaleAfter <= 0 {
+		d.StaleAfter = DefaultStaleAfter
+	}
+	return d
+}
+
+// Stale reports whether the pod's metrics are too old to trust.
+func (d SaturationDetector) Stale(p *Pod) bool {
+	d = d.withDefaults()
+	return p.MetricsAge > d.StaleAfter
+}
+
+// Saturated reports whether p should not receive more work: stale metrics
+// count as saturated, because an unseen queue may be arbitrarily long.
+func (d SaturationDetector) Saturated(p *Pod) bool {
+	d = d.withDefaults()
+	if p.MetricsAge > d.StaleAfter {
+		return true
+	}
+	if QueueDepth(p) >= d.QueueThreshold {
+		return true
+	}
+	return p.Metrics.HasKV && p.Metrics.KVUsage >= d.KVThreshold
+}
+
+// PoolSaturation is GIE's pool-level signal: the mean over pods of
+// max(queue/QueueThreshold, kv/KVThreshold), with stale pods counting as
+// 1 (fully saturated) or more. ≥ 1 means the pool is saturated.
+func (d SaturationDetector) PoolSaturation(pods []*Pod) float64 {
+	d = d.withDefaults()
+	if len(pods) == 0 {
+		return 1
+	}
+	var sum float64
+	for _, p := range pods {
+		s := float64(QueueDepth(p)) / float64(d.QueueThreshold)
+		if p.Metrics.HasKV {
+			s = max(s, p.Metrics.KVUsage/d.KVThreshold)
+		}
+		if p.MetricsAge > d.StaleAfter {
+			s = max(s, 1)
+		}
+		sum += s
+	}
+	return sum / float64(len(pods))
+}
+
+// Saturated reports whether p is saturated under the default thresholds.
+func Saturated(p *Pod) bool { return SaturationDetector{}.Saturated(p) }
+
+// QueueDepth is the pod's effective queue: the scraped Waiting, or the
+// router's in-flight requests beyond the scraped Running if larger. The
+// latter counts requests dispatched since the last scrape, so a burst
+// between scrapes does not see every pod as idle and herd onto one.
+func QueueDepth(p *Pod) int {
+	return max(p.Metrics.Waiting, p.InFlight-p.Metrics.Running, 0)
+}
+
+// Load is the pod's effective number of requests (queued plus running),
+// the quantity the hot-prefix guard compares.
+func Load(p *Pod) int {
+	return max(p.Metrics.Waiting+p.Metrics.Running, p.InFlight)
+}

@@ -1,0 +1,275 @@
+package picker
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/infergate/infergate/tier1/prefix"
+)
+
+// TrackerOptions configure a Tracker. The zero value uses the defaults.
+type TrackerOptions struct {
+	// Index bounds the prefix index.
+	Index prefix.IndexOptions
+	// Alpha is the weight of a new sample in the prefill-speed averages;
+	// default 0.05 (about the last 40 first-token samples count).
+	Alpha float64
+	// MinSampleTokens: first tokens after fewer prefill tokens than this
+	// (own uncached plus queued ahead) teach nothing; default 32.
+	MinSampleTokens int
+}
+
+// Tracker is the router's own view of its pods: what it sent where (the
+// prefix index), what is still in flight, and how fast each pod prefills.
+// It complements scraped metrics, which lag by a scrape interval. Safe for
+// concurrent use; the zero value is not usable, call NewTracker.
+//
+// Each request must be reported with the same *Request pointer:
+// Dispatched when sent to a pod, FirstToken when the first token (or
+// the full non-streamed response) arrives, Done when it ends in any way.
+// A retry on another pod is Done on the first, then Dispatched again.
+type Tracker struct {
+	opts TrackerOptions
+	idx  *prefix.Index
+
+	mu   sync.Mutex
+	pods map[string]*podState
+	reqs map[*Request]*flight
+}
+
+type podState struct {
+	inFlight, prefill      int
+	promptTokens, uncached int
+	speed                  speedEstimator
+}
+
+type flight struct {
+	pod              string
+	prompt, uncached int
+	ahead            int // uncached tokens queued ahead at dispatch
+	first            bool
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(opts TrackerOptions) *Tracker {
+	if opts.Alpha <= 0 || opts.Alpha > 1 {
+		opts.Alpha = 0.05
+	}
+	if opts.MinSampleTokens <= 0 {
+		opts.MinSampleTokens = 32
+	}
+	return &Tracker{
+		opts: opts,
+		idx:  prefix.NewIndex(opts.Index),
+		pods: make(map[string]*podState),
+		reqs: make(map[*Request]*flight),
+	}
+}
+
+// Index returns the prefix index the tracker records into.
+func (t *Tracker) Index() *prefix.Index { return t.idx }
+
+func (t *Tracker) pod(name string) *podState {
+	st := t.pods[name]
+	if st == nil {
+		st = &podState{}
+		t.pods[name] = st
+	}
+	return st
+}
+
+// Dispatched records that req was sent to pod: it counts it in flight,
+// estimates how much of its prompt the pod has cached, and records its
+// prefix blocks for pod in the index.
+func (t *Tracker) Dispatched(pod string, req *Request) {
+	uncached := max(req.PromptTokens, 0)
+	if n := len(req.BlockHashes); n > 0 {
+		var names [1]string
+		var got [1]int
+		names[0] = pod
+		m := t.idx.Match(req.BlockHashes, names[:], got[:0])
+		uncached -= uncached * m[0] / n
+		t.idx.Record(pod, req.BlockHashes)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old := t.reqs[req]; old != nil {
+		t.doneLocked(req, old) // reported twice without Done: replace
+	}
+	st := t.pod(pod)
+	t.reqs[req] = &flight{pod: pod, prompt: max(req.PromptTokens, 0), uncached: uncached, ahead: st.uncached}
+	st.inFlight++
+	st.prefill++
+	st.promptTokens += max(req.PromptTokens, 0)
+	st.uncached += uncached
+}
+
+// FirstToken records that req's first token arrived ttft after dispatch:
+// its prompt leaves the pod's in-flight prefill, and the pod's prefill
+// speed estimate learns from the sample.
+func (t *Tracker) FirstToken(pod string, req *Request, ttft time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.reqs[req]
+	if f == nil || f.first || f.pod != pod {
+		return
+	}
+	st := t.pod(pod)
+	t.firstLocked(st, f)
+	if tokens := f.ahead + f.uncached; tokens >= t.opts.MinSampleTokens && ttft > 0 {
+		st.speed.add(t.opts.Alpha, float64(tokens), ttft.Seconds())
+	}
+}
+
+func (t *Tracker) firstLocked(st *podState, f *flight) {
+	f.first = true
+	st.prefill--
+	st.promptTokens -= f.prompt
+	st.uncached -= f.uncached
+}
+
+// Done records that req finished, failed or was cancelled on pod.
+func (t *Tracker) Done(pod string, req *Request) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.reqs[req]; f != nil && f.pod == pod {
+		t.doneLocked(req, f)
+	}
+}
+
+func (t *Tracker) doneLocked(req *Request, f *flight) {
+	delete(t.reqs, req)
+	st := t.pods[f.pod]
+	if st == nil {
+		return // pod removed meanwhile
+	}
+	if !f.first {
+		t.firstLocked(st, f)
+	}
+	st.inFlight--
+}
+
+// Apply fills the router-side fields of each pod snapshot. A pod's
+// PrefillTokensPerSec is only overwritten once learned, so a caller may
+// seed it with a prior (e.g. by GPU type).
+func (t *Tracker) Apply(pods []*Pod) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range pods {
+		st := t.pods[p.Name]
+		if st == nil {
+			p.InFlight, p.InFlightPrefill, p.InFlightPromptTokens, p.InFlightUncachedTokens = 0, 0, 0, 0
+			continue
+		}
+		p.InFlight = st.inFlight
+		p.InFlightPrefill = st.prefill
+		p.InFlightPromptTokens = st.promptTokens
+		p.InFlightUncachedTokens = st.uncached
+		if v := st.speed.value(); v > 0 {
+			p.PrefillTokensPerSec = v
+		}
+	}
+}
+
+// PrefillTokensPerSec returns the learned prefill speed of pod (0 while
+// unknown).
+func (t *Tracker) PrefillTokensPerSec(pod string) float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.pods[pod]; st != nil {
+		return st.speed.value()
+	}
+	return 0
+}
+
+// InFlight returns pod's in-flight request count.
+func (t *Tracker) InFlight(pod string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.pods[pod]; st != nil {
+		return st.inFlight
+	}
+	return 0
+}
+
+// RemovePod forgets pod: its index entries and counters. Requests still in
+// flight to it are ignored when they complete.
+func (t *Tracker) RemovePod(pod string) {
+	t.idx.RemovePod(pod)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.pods, pod)
+}
+
+// speedEstimator learns tokens/s from (prefill tokens, TTFT) samples.
+// TTFT ≈ overhead + tokens/speed, so it fits that line by exponentially
+// weighted least squares: the intercept absorbs fixed costs (network,
+// scheduling, a decode step) that would make a plain tokens/TTFT ratio
+// underrate a pod serving short prompts. When the samples do not spread
+// enough in size to fit a slope, it falls back to Σtokens/Σtime, which is
+// dominated by the large, informative samples. Once warm, a sample is
+// clipped to within 3× of the current prediction, so a stall (GC pause,
+// preemption) moves the estimate a little, while a lasting change still
+// moves it all the way over a few dozen samples.
+type speedEstimator struct {
+	n                int
+	mx, my, mxx, mxy float64 // EW means of tokens, seconds, tokens², tokens·seconds
+}
+
+func (e *speedEstimator) add(alpha, tokens, secs float64) {
+	if e.n >= 8 {
+		if pred := e.predict(tokens); pred > 0 {
+			secs = math.Min(math.Max(secs, pred/3), 3*pred)
+		}
+	}
+	a := alpha
+	if e.n < int(1/alpha) {
+		a = 1 / float64(e.n+1) // plain mean until the EWMA has warmed up
+	}
+	e.n++
+	e.mx += a * (tokens - e.mx)
+	e.my += a * (secs - e.my)
+	e.mxx += a * (tokens*tokens - e.mxx)
+	e.mxy += a * (tokens*secs - e.mxy)
+}
+
+// fit returns the line's seconds-per-token slope and intercept, ok false
+// when the samples do not determine a sensible line.
+func (e *speedEstimator) fit() (slope, icept float64, ok bool) {
+	if e.n < 8 {
+		return 0, 0, false
+	}
+	vx := e.mxx - e.mx*e.mx
+	if vx <= 0.01*e.mx*e.mx { // sizes too alike to fit a slope
+		return 0, 0, false
+	}
+	slope = (e.mxy - e.mx*e.my) / vx
+	icept = e.my - slope*e.mx
+	// A negative intercept or a speed beyond 10× the plain ratio is
+	// noise, not overhead.
+	if slope <= 0 || icept < 0 || 1/slope > 10*e.mx/e.my {
+		return 0, 0, false
+	}
+	return slope, icept, true
+}
+
+func (e *speedEstimator) predict(tokens float64) float64 {
+	if slope, icept, ok := e.fit(); ok {
+		return icept + slope*tokens
+	}
+	if v := e.value(); v > 0 {
+		return tokens / v
+	}
+	return 0
+}
+
+func (e *speedEstimator) value() float64 {
+	if e.n == 0 || e.my <= 0 {
+		return 0
+	}
+	if slope, _, ok := e.fit(); ok {
+		return 1 / slope
+	}
+	return e.mx / e.my
+}

@@ -1,0 +1,157 @@
+package prefix
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkPrefixHash hashes an 8k-token prompt: 32 KiB, 512 blocks.
+func BenchmarkPrefixHash(b *testing.B) {
+	data := bytes.Repeat([]byte("The quick brown fox jumps over the lazy dog. "), 1000)[:32<<10]
+	dst := make([]uint64, 0, DefaultPromptBlocks)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		dst = Hash("meta-llama/Llama-3.1-8B-Instruct", data, DefaultBlockBytes, DefaultPromptBlocks, dst)
+	}
+	cpu.report(b)
+}
+
+// indexFixture: pods pods that each saw a shared 128-block system prompt
+// plus their own conversations; one pod in ten also saw part of the query.
+func indexFixture(pods int) (*Index, []uint64, []string) {
+	r := rand.New(rand.NewPCG(1, uint64(pods)))
+	sys := bytes.Repeat([]byte("system prompt and tool definitions "), 240)[:128*64]
+	query := Hash("m", append(append([]byte{}, sys...), bytes.Repeat([]byte("q"), 384*64)...), 64, 512, nil)
+	x := NewIndex(IndexOptions{})
+	names := make([]string, pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("pod-%d", i)
+		conv := append(append([]byte{}, sys...), fmt.Sprintf("%-6400d", i)...)
+		x.Record(names[i], Hash("m", conv, 64, 512, nil))
+		if i%10 == 0 {
+			x.Record(names[i], query[:128+r.IntN(384)])
+		}
+	}
+	return x, query, names
+}
+
+func BenchmarkIndexMatch(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			x, q, names := indexFixture(n)
+			dst := make([]int, n)
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				dst = x.Match(q, names, dst)
+			}
+			cpu.report(b)
+		})
+	}
+}
+
+// BenchmarkIndexRecord records 512-block requests sharing a 128-block
+// prefix, round-robin over pods, into a full index (evicting).
+func BenchmarkIndexRecord(b *testing.B) {
+	for _, n := range []int{10, 100} {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			x := NewIndex(IndexOptions{MaxBlocks: 200_000, MaxBlocksPerPod: 20_000})
+			r := rand.New(rand.NewPCG(1, 2))
+			reqs := make([][]uint64, 61) // coprime with the pod counts
+			sys := bytes.Repeat([]byte("s"), 128*64)
+			for i := range reqs {
+				tail := make([]byte, 384*64)
+				for j := range tail {
+					tail[j] = byte(r.Uint32())
+				}
+				reqs[i] = Hash("m", append(append([]byte{}, sys...), tail...), 64, 512, nil)
+			}
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("pod-%d", i)
+			}
+			i := 0
+			for i < 1000 { // reach steady state: full, evicting
+				x.Record(names[i%n], reqs[i%len(reqs)])
+				i++
+			}
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				x.Record(names[i%n], reqs[i%len(reqs)])
+				i++
+			}
+			cpu.report(b)
+		})
+	}
+}
+
+// BenchmarkIndexMemory reports heap bytes per (block, pod) entry of a full
+// 1M-entry index over 100 pods.
+func BenchmarkIndexMemory(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		x := NewIndex(IndexOptions{MaxBlocks: 1 << 20, MaxBlocksPerPod: 1 << 20 / 100})
+		r := rand.New(rand.NewPCG(3, 4))
+		h := make([]uint64, 512)
+		for p := range 100 {
+			name := fmt.Sprintf("pod-%d", p)
+			for x.PodLen(name) < x.Options().MaxBlocksPerPod {
+				for i := range h {
+					h[i] = r.Uint64()
+				}
+				x.Record(name, h)
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(x.Len()), "bytes/entry")
+		b.ReportMetric(float64(x.Len()), "entries")
+		runtime.KeepAlive(x)
+		b.StartTimer()
+	}
+}
+
+// cpuClock reports process CPU time per op next to wall time: on a shared,
+// oversubscribed machine wall time includes waiting for a core, CPU time
+// does not.
+type cpuClock struct{ start time.Duration }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func startCPU() cpuClock { return cpuClock{processCPU()} }
+
+func (c cpuClock) report(b *testing.B) {
+	b.ReportMetric(float64(processCPU()-c.start)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkPrefixHashGeneric is the streaming-Digest path (any block size
+// other than 64), for comparison with the unrolled 64-byte path.
+func BenchmarkPrefixHashGeneric(b *testing.B) {
+	data := bytes.Repeat([]byte("The quick brown fox jumps over the lazy dog. "), 1000)[:32<<10]
+	dst := make([]uint64, 0, DefaultPromptBlocks)
+	b.SetBytes(int64(len(data)))
+	cpu := startCPU()
+	for b.Loop() {
+		dst = Hash("meta-llama/Llama-3.1-8B-Instruct", data, 63, DefaultPromptBlocks, dst)
+	}
+	cpu.report(b)
+}

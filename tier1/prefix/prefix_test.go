@@ -1,0 +1,288 @@
+package prefix
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+func TestHash(t *testing.T) {
+	a := bytes.Repeat([]byte("abcdefgh"), 64) // 512 bytes = 8 blocks
+	b := slices.Clone(a)
+	b[200] = 'X' // inside block 3
+	tests := []struct {
+		name      string
+		seed      string
+		data      []byte
+		block     int
+		maxBlocks int
+		wantLen   int
+	}{
+		{"full blocks", "m", a, 64, 0, 8},
+		{"partial block dropped", "m", a[:100], 64, 0, 1},
+		{"too short", "m", a[:63], 64, 0, 0},
+		{"capped", "m", a, 64, 3, 3},
+		{"default block", "m", a, 0, 0, 8},
+		{"small blocks", "m", a, 16, 0, 32},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Hash(tt.seed, tt.data, tt.block, tt.maxBlocks, nil)
+			if len(got) != tt.wantLen {
+				t.Fatalf("len = %d, want %d", len(got), tt.wantLen)
+			}
+		})
+	}
+	ha := Hash("m", a, 64, 0, nil)
+	hb := Hash("m", b, 64, 0, nil)
+	if !slices.Equal(ha[:3], hb[:3]) {
+		t.Error("blocks before the change differ")
+	}
+	for i := 3; i < 8; i++ {
+		if ha[i] == hb[i] {
+			t.Errorf("block %d equal after a change in block 3: hashes must chain", i)
+		}
+	}
+	if hm := Hash("other-model", a, 64, 0, nil); hm[0] == ha[0] {
+		t.Error("seed does not change the first hash")
+	}
+	if hs := HashString("m", string(a), 64, 0, nil); !slices.Equal(hs, ha) {
+		t.Error("HashString differs from Hash")
+	}
+	// Same block content at a different position must hash differently.
+	if ha[0] == ha[1] {
+		t.Error("repeated block content gives equal hashes; chaining broken")
+	}
+}
+
+func TestHashNoAlloc(t *testing.T) {
+	data := bytes.Repeat([]byte("x"), 32<<10)
+	dst := make([]uint64, 0, 512)
+	if n := testing.AllocsPerRun(10, func() { dst = Hash("m", data, 64, 512, dst) }); n != 0 {
+		t.Fatalf("allocs = %v, want 0", n)
+	}
+}
+
+func prompt(shared string, unique int) []byte {
+	var b strings.Builder
+	b.WriteString(shared)
+	fmt.Fprintf(&b, "%-200d", unique)
+	return []byte(b.String())
+}
+
+func TestIndexMatch(t *testing.T) {
+	sys := strings.Repeat("You are a helpful assistant. ", 20) // 580 bytes = 9 blocks
+	h1 := Hash("m", prompt(sys, 1), 64, 0, nil)                // 12 blocks
+	h2 := Hash("m", prompt(sys, 2), 64, 0, nil)
+	x := NewIndex(IndexOptions{})
+	x.Record("a", h1)
+	x.Record("b", h1[:5])
+	tests := []struct {
+		name   string
+		hashes []uint64
+		pods   []string
+		want   []int
+	}{
+		{"exact", h1, []string{"a", "b", "c"}, []int{len(h1), 5, 0}},
+		{"shared system prompt", h2, []string{"a", "b", "c"}, []int{9, 5, 0}},
+		{"order and duplicates", h1, []string{"c", "b", "a"}, []int{0, 5, len(h1)}},
+		{"no pods", h1, nil, []int{}},
+		{"no hashes", nil, []string{"a"}, []int{0}},
+		{"unknown hash", []uint64{1, 2, 3}, []string{"a", "b"}, []int{0, 0}},
+		{"one block", h1[:1], []string{"a", "b"}, []int{1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := x.Match(tt.hashes, tt.pods, nil)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("Match = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestIndexMatchManyLengths checks the galloping search against a brute
+// force scan, with pods holding every prefix length.
+func TestIndexMatchManyLengths(t *testing.T) {
+	h := Hash("m", bytes.Repeat([]byte("0123456789abcdef"), 4*300), 64, 0, nil) // 300 blocks
+	x := NewIndex(IndexOptions{})
+	r := rand.New(rand.NewPCG(1, 2))
+	var pods []string
+	var want []int
+	for i := range 60 {
+		name := fmt.Sprintf("p%d", i)
+		n := r.IntN(len(h) + 1)
+		if i%7 == 0 {
+			n = len(h)
+		}
+		x.Record(name, h[:n])
+		pods = append(pods, name)
+		want = append(want, n)
+	}
+	for trial := range 40 {
+		q := h[:r.IntN(len(h))+1]
+		// Half the trials ask about a random subset: non-candidate holders
+		// must not confuse the search.
+		var sub []string
+		var subWant []int
+		for i := range pods {
+			if trial%2 == 0 || r.IntN(3) == 0 {
+				sub = append(sub, pods[i])
+				subWant = append(subWant, want[i])
+			}
+		}
+		got := x.Match(q, sub, nil)
+		for i := range sub {
+			if w := min(subWant[i], len(q)); got[i] != w {
+				t.Fatalf("trial %d pod %s: got %d, want %d", trial, sub[i], got[i], w)
+			}
+		}
+	}
+}
+
+func TestIndexEviction(t *testing.T) {
+	h := Hash("m", bytes.Repeat([]byte("z"), 64*40), 64, 0, nil) // 40 blocks
+	t.Run("per pod keeps the prefix", func(t *testing.T) {
+		x := NewIndex(IndexOptions{MaxBlocks: 1000, MaxBlocksPerPod: 10})
+		x.Record("a", h)
+		if got := x.PodLen("a"); got != 10 {
+			t.Fatalf("PodLen = %d, want 10", got)
+		}
+		if got := x.Match(h, []string{"a"}, nil)[0]; got != 10 {
+			t.Fatalf("match = %d, want the first 10 blocks", got)
+		}
+	})
+	t.Run("lru", func(t *testing.T) {
+		x := NewIndex(IndexOptions{MaxBlocks: 1000, MaxBlocksPerPod: 10})
+		old := Hash("old", bytes.Repeat([]byte("y"), 64*8), 64, 0, nil)
+		x.Record("a", old)
+		x.Record("a", h[:8]) // evicts 6 of old's tail blocks
+		if got := x.Match(old, []string{"a"}, nil)[0]; got != 2 {
+			t.Fatalf("old match = %d, want 2", got)
+		}
+		x.Record("a", old[:2]) // touch: old head now recent
+		x.Record("a", h[8:10])
+		if got := x.Match(old, []string{"a"}, nil)[0]; got != 2 {
+			t.Fatalf("touched old match = %d, want 2", got)
+		}
+	})
+	t.Run("global", func(t *testing.T) {
+		x := NewIndex(IndexOptions{MaxBlocks: 50, MaxBlocksPerPod: 40})
+		x.Record("big", h)
+		x.Record("small", h[:20])
+		if n := x.Len(); n != 50 {
+			t.Fatalf("Len = %d, want 50", n)
+		}
+		if a, b := x.PodLen("big"), x.PodLen("small"); a != 30 || b != 20 {
+			t.Fatalf("PodLen big=%d small=%d, want 30, 20 (largest pod gives way)", a, b)
+		}
+	})
+	t.Run("remove pod", func(t *testing.T) {
+		x := NewIndex(IndexOptions{})
+		x.Record("a", h)
+		x.Record("b", h)
+		x.RemovePod("a")
+		if x.Len() != len(h) {
+			t.Fatalf("Len = %d, want %d", x.Len(), len(h))
+		}
+		if got := x.Match(h, []string{"a", "b"}, nil); got[0] != 0 || got[1] != len(h) {
+			t.Fatalf("Match = %v", got)
+		}
+		x.Record("c", h[:3]) // reuses a's id
+		if got := x.Match(h, []string{"a", "c"}, nil); got[0] != 0 || got[1] != 3 {
+			t.Fatalf("Match after reuse = %v", got)
+		}
+	})
+}
+
+func TestIndexConcurrent(t *testing.T) {
+	x := NewIndex(IndexOptions{MaxBlocks: 5000, MaxBlocksPerPod: 1000})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pods := []string{"a", "b", "c", "d"}
+			var dst []int
+			for i := range 200 {
+				h := Hash("m", prompt("shared prefix text ", g*1000+i%20), 64, 0, nil)
+				x.Record(pods[(g+i)%4], h)
+				dst = x.Match(h, pods, dst)
+				if i%50 == 0 {
+					x.RemovePod(pods[i%4])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestIndexMemory fills 1M (block, pod) entries over 100 pods and reports
+// the heap bytes per entry.
+func TestIndexMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates ~60 MB")
+	}
+	const pods, perPod = 100, 10_000
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	x := NewIndex(IndexOptions{MaxBlocks: pods * perPod, MaxBlocksPerPod: perPod})
+	r := rand.New(rand.NewPCG(3, 4))
+	h := make([]uint64, 500)
+	for p := range pods {
+		name := fmt.Sprintf("pod-%d", p)
+		for x.PodLen(name) < perPod {
+			for i := range h {
+				h[i] = r.Uint64()
+			}
+			x.Record(name, h)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	n := x.Len()
+	per := float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+	t.Logf("%d entries, %.1f heap bytes per (block, pod) entry", n, per)
+	if n != pods*perPod {
+		t.Fatalf("Len = %d", n)
+	}
+	if per > 100 {
+		t.Errorf("%.1f bytes per entry, want ≤ 100", per)
+	}
+	runtime.KeepAlive(x)
+}
+
+func TestHashBlock64(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	b := make([]byte, 64)
+	for range 1000 {
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		seed := r.Uint64()
+		d := xxhash.NewWithSeed(seed)
+		_, _ = d.Write(b)
+		if got, want := sum64Block64(seed, b), d.Sum64(); got != want {
+			t.Fatalf("sum64Block64 = %x, xxhash = %x", got, want)
+		}
+	}
+	// Hash with 64-byte blocks (fast path) equals the generic path's chain.
+	data := bytes.Repeat([]byte("0123456789"), 100)
+	fast := Hash("m", data, 64, 0, nil)
+	prev := xxhash.Sum64String("m")
+	for i, h := range fast {
+		d := xxhash.NewWithSeed(prev)
+		_, _ = d.Write(data[i*64 : i*64+64])
+		if prev = d.Sum64(); h != prev {
+			t.Fatalf("block %d differs", i)
+		}
+	}
+}
