@@ -36,10 +36,10 @@ func mustEngine(t testing.TB, cfg Config) *Engine {
 
 // outcome records what the callbacks saw for one request.
 type outcome struct {
-	arrival, first, done time.Duration
-	tokens               int
-	res                  Result
-	finished             bool
+	first, done time.Duration
+	tokens      int
+	res         Result
+	finished    bool
 }
 
 // tracker builds requests whose callbacks fill outcomes.
