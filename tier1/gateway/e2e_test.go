@@ -1,0 +1,418 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/sim/engine"
+	"github.com/infergate/infergate/sim/server"
+	"github.com/infergate/infergate/tier1/tier1config"
+)
+
+// End-to-end tests: the gateway in front of simulated GPU pods
+// (sim/server), everything over real HTTP on loopback.
+
+type simPod struct {
+	name string
+	gpu  string
+	cfg  server.Config
+	pod  *server.Pod
+	once sync.Once
+}
+
+// close stops the pod once (server.Pod.Close blocks if called twice).
+func (sp *simPod) close() { sp.once.Do(func() { _ = sp.pod.Close() }) }
+
+type simEnv struct {
+	*env
+	sims map[string]*simPod
+}
+
+// newSimEnv starts the given simulated pods (all serving llama-3.1-8b in
+// pool "llama") and a gateway over them.
+func newSimEnv(t *testing.T, pods []simPod, extra string) *simEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	se := &simEnv{sims: map[string]*simPod{}}
+	var b strings.Builder
+	fmt.Fprintf(&b, "auth: {tokens: [%s]}\nscrape: {interval: 20ms}\n%s", testToken, extra)
+	b.WriteString("pools: [{name: llama, model: llama-3.1-8b}]\npods:\n")
+	for i := range pods {
+		sp := &pods[i]
+		sp.cfg.Name = sp.name
+		if sp.cfg.GPU == "" {
+			sp.cfg.GPU = sp.gpu
+		}
+		sp.cfg.Model = "llama-3.1-8b"
+		sp.cfg.Logger = slog.New(slog.DiscardHandler)
+		p, err := server.Listen(ctx, sp.cfg, "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("sim pod %s: %v", sp.name, err)
+		}
+		sp.pod = p
+		t.Cleanup(sp.close)
+		se.sims[sp.name] = sp
+		fmt.Fprintf(&b, "  - {name: %s, address: %q, pool: llama, gpu: %s}\n", sp.name, p.Addr, sp.cfg.GPU)
+	}
+	var cfg tier1config.Config
+	if err := config.Decode("e2e.yaml", []byte(b.String()), &cfg); err != nil {
+		t.Fatalf("config: %v\n%s", err, b.String())
+	}
+	se.env = startSimGateway(t, &cfg, se)
+	return se
+}
+
+func startSimGateway(t *testing.T, cfg *tier1config.Config, se *simEnv) *env {
+	fake := make([]*fakePod, 0, len(se.sims))
+	for name := range se.sims {
+		fake = append(fake, &fakePod{name: name}) // names only, for waitReady
+	}
+	return startEnv(t, cfg, fake, "")
+}
+
+// direct sends a request straight to a simulated pod (bypassing the
+// router) in the background, to load it; it returns when the pod has
+// accepted it.
+func (se *simEnv) direct(t *testing.T, pod, model string, promptWords, maxTokens int) {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"prompt":%q}`, model, maxTokens, words(promptWords, pod))
+	req, _ := http.NewRequest("POST", se.sims[pod].pod.URL+"/v1/completions", strings.NewReader(body))
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+}
+
+func words(n int, salt string) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "w%s%d ", salt, i)
+	}
+	return b.String()
+}
+
+// waitPod waits until the router's view of pod satisfies cond.
+func (se *simEnv) waitPod(t *testing.T, pod, what string, cond func(s *podDebug) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := se.gw.state.Load()
+		cb := &cycleBuf{}
+		se.gw.snapshotAll(st, st.pools["llama"], cb)
+		for i, p := range cb.pods {
+			if p.Name == pod {
+				d := &podDebug{Name: p.Name, Metrics: cb.pods[i].Metrics, Ready: p.Ready, InFlight: p.InFlight}
+				if cond(d) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s on %s", what, pod)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stream sends a streaming chat request through the router and returns
+// the serving pod, the time to the first event and the whole body.
+func (se *simEnv) stream(t *testing.T, model, content string, maxTokens int) (pod string, ttft time.Duration, body string) {
+	t.Helper()
+	reqBody, _ := json.Marshal(map[string]any{
+		"model": model, "stream": true, "max_tokens": maxTokens,
+		"stream_options": map[string]bool{"include_usage": true},
+		"messages":       []map[string]string{{"role": "user", "content": content}},
+	})
+	req, _ := http.NewRequest("POST", se.url+"/v1/chat/completions", strings.NewReader(string(reqBody)))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	br := bufio.NewReader(resp.Body)
+	var head strings.Builder
+	for {
+		// TTFT is the first event with generated text, not the opening
+		// role-only event.
+		line, err := br.ReadString('\n')
+		head.WriteString(line)
+		if hasToken([]byte(line)) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("no token event: %v", err)
+		}
+	}
+	ttft = time.Since(start)
+	rest, _ := io.ReadAll(br)
+	return resp.Header.Get("X-Infergate-Pod"), ttft, head.String() + string(rest)
+}
+
+func TestE2EAdapterAffinity(t *testing.T) {
+	lora := []server.LoRAModule{{Name: "sql-lora", Path: "/adapters/sql"}}
+	se := newSimEnv(t, []simPod{
+		{name: "a", gpu: "h100", cfg: server.Config{LoRAModules: lora, MaxLoras: 2, TimeScale: 1}},
+		{name: "b", gpu: "h100", cfg: server.Config{LoRAModules: lora, MaxLoras: 2, TimeScale: 1}},
+		{name: "c", gpu: "h100", cfg: server.Config{LoRAModules: lora, MaxLoras: 2, TimeScale: 1}},
+		// This test checks that adapter state flows from the pods' metrics
+		// to the scheduler, so it makes LoRA affinity decisive; how much it
+		// weighs by default is the profile's business (tier1/picker).
+	}, "scheduler: {scorers: [{name: lora-affinity, weight: 10}]}\n")
+	// Nobody runs the adapter, a and c are busy: the adapter request goes
+	// to the pod with most capacity.
+	se.direct(t, "a", "llama-3.1-8b", 50, 3000)
+	se.direct(t, "a", "llama-3.1-8b", 50, 3000)
+	se.direct(t, "c", "llama-3.1-8b", 50, 3000)
+	se.waitPod(t, "a", "2 running", func(d *podDebug) bool { return d.Metrics.Running+d.Metrics.Waiting >= 2 })
+	se.waitPod(t, "c", "1 running", func(d *podDebug) bool { return d.Metrics.Running >= 1 })
+	res := se.do(t, "POST", "/v1/chat/completions", `{"model":"sql-lora","max_tokens":4,"messages":[{"role":"user","content":"first"}]}`, nil)
+	if res.status != 200 || res.header.Get("X-Infergate-Pod") != "b" {
+		t.Fatalf("adapter with none loaded: %d on %q, want b (least loaded)", res.status, res.header.Get("X-Infergate-Pod"))
+	}
+
+	// Now c runs the adapter; with equal load elsewhere (b gets a base
+	// request too), adapter requests follow the adapter to c.
+	se.direct(t, "c", "sql-lora", 50, 3000)
+	se.direct(t, "b", "llama-3.1-8b", 50, 3000)
+	se.direct(t, "b", "llama-3.1-8b", 50, 3000)
+	se.waitPod(t, "c", "adapter running", func(d *podDebug) bool {
+		for _, a := range d.Metrics.ActiveAdapters {
+			if a == "sql-lora" {
+				return true
+			}
+		}
+		return false
+	})
+	se.waitPod(t, "b", "2 running", func(d *podDebug) bool { return d.Metrics.Running >= 2 })
+	for i := 0; i < 4; i++ {
+		res := se.do(t, "POST", "/v1/chat/completions", fmt.Sprintf(`{"model":"sql-lora","max_tokens":4,"messages":[{"role":"user","content":"q%d"}]}`, i), nil)
+		if res.status != 200 || res.header.Get("X-Infergate-Pod") != "c" {
+			t.Errorf("adapter request %d: %d on %q, want c (adapter active)\n%s", i, res.status, res.header.Get("X-Infergate-Pod"),
+				se.do(t, "GET", "/debug/pods", "", nil).body)
+		}
+	}
+}
+
+func TestE2EPrefixAffinity(t *testing.T) {
+	se := newSimEnv(t, []simPod{
+		{name: "a", gpu: "a10g", cfg: server.Config{TimeScale: 1}},
+		{name: "b", gpu: "a10g", cfg: server.Config{TimeScale: 1}},
+		{name: "c", gpu: "a10g", cfg: server.Config{TimeScale: 1}},
+	}, "")
+	shared := words(1500, "sys") // ~ a long shared system prompt
+	first, ttft1, body := se.stream(t, "llama-3.1-8b", shared+"question one", 2)
+	if strings.Contains(body, `"cached_tokens":`) && !strings.Contains(body, `"cached_tokens":0`) {
+		t.Logf("first request already cached: %s", lastLine(body))
+	}
+	var ttfts []time.Duration
+	for i := 0; i < 3; i++ {
+		pod, ttft, body := se.stream(t, "llama-3.1-8b", shared+fmt.Sprintf("question %d", i+2), 2)
+		if pod != first {
+			t.Errorf("repeat %d went to %s, the prefix is cached on %s", i, pod, first)
+		}
+		if !strings.Contains(body, `"cached_tokens":`) || strings.Contains(body, `"cached_tokens":0`) {
+			t.Errorf("repeat %d: no cached tokens reported: %s", i, lastLine(body))
+		}
+		ttfts = append(ttfts, ttft)
+	}
+	for i, ttft := range ttfts {
+		if ttft >= ttft1 {
+			t.Errorf("repeat %d TTFT %v not shorter than the cold request's %v", i, ttft, ttft1)
+		}
+	}
+	t.Logf("cold TTFT %v, warm %v", ttft1, ttfts)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "usage") {
+			return lines[i]
+		}
+	}
+	return ""
+}
+
+func TestE2EAvoidsQueuedAndFullPods(t *testing.T) {
+	se := newSimEnv(t, []simPod{
+		// a: two sequence slots, so direct requests queue up.
+		{name: "a", gpu: "h100", cfg: server.Config{MaxNumSeqs: 2, TimeScale: 0.2}},
+		// b: a tiny KV cache, filled by one long request.
+		{name: "b", gpu: "h100", cfg: server.Config{TimeScale: 1, Tune: func(c *engine.Config) { c.NumBlocks = 100 }}},
+		{name: "c", gpu: "h100", cfg: server.Config{TimeScale: 0.2}},
+	}, "")
+	for i := 0; i < 6; i++ {
+		se.direct(t, "a", "llama-3.1-8b", 20, 3000)
+	}
+	se.direct(t, "b", "llama-3.1-8b", 600, 380) // ~1200 of 1600 KV tokens, growing
+	se.waitPod(t, "a", "queue", func(d *podDebug) bool { return d.Metrics.Waiting >= 3 })
+	se.waitPod(t, "b", "full KV", func(d *podDebug) bool { return d.Metrics.KVUsage >= 0.8 })
+	for i := 0; i < 6; i++ {
+		res := se.do(t, "POST", "/v1/chat/completions", fmt.Sprintf(`{"model":"llama-3.1-8b","max_tokens":4,"messages":[{"role":"user","content":"hello %d"}]}`, i), nil)
+		if res.status != 200 || res.header.Get("X-Infergate-Pod") != "c" {
+			t.Errorf("request %d: %d on %q, want c", i, res.status, res.header.Get("X-Infergate-Pod"))
+		}
+	}
+}
+
+func TestE2ESlowGPUGetsLessTraffic(t *testing.T) {
+	se := newSimEnv(t, []simPod{
+		{name: "fast", gpu: "h100", cfg: server.Config{TimeScale: 0.5}},
+		{name: "slow", gpu: "a10g", cfg: server.Config{TimeScale: 0.5}},
+	}, "")
+	var mu sync.Mutex
+	count := map[string]int{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := 0; i < 48; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			body := fmt.Sprintf(`{"model":"llama-3.1-8b","max_tokens":32,"prompt":%q}`, words(400, fmt.Sprint("r", i)))
+			res := se.do(t, "POST", "/v1/completions", body, nil)
+			if res.status != 200 {
+				t.Errorf("status %d", res.status)
+				return
+			}
+			mu.Lock()
+			count[res.header.Get("X-Infergate-Pod")]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.Logf("requests per pod: %v", count)
+	if count["fast"] <= count["slow"] {
+		t.Errorf("fast GPU got %d requests, slow got %d; want fast > slow", count["fast"], count["slow"])
+	}
+}
+
+func TestE2EPodDiesRetried(t *testing.T) {
+	se := newSimEnv(t, []simPod{
+		{name: "a", gpu: "h100", cfg: server.Config{TimeScale: 0.1}},
+		{name: "b", gpu: "h100", cfg: server.Config{TimeScale: 0.1}},
+	}, "")
+	// a dies; requests sent right away must all succeed on b.
+	se.sims["a"].close()
+	for i := 0; i < 5; i++ {
+		res := se.do(t, "POST", "/v1/chat/completions", chatBody("llama-3.1-8b", fmt.Sprint("q", i)), nil)
+		if res.status != 200 || res.header.Get("X-Infergate-Pod") != "b" {
+			t.Errorf("request %d: %d on %q: %s", i, res.status, res.header.Get("X-Infergate-Pod"), res.body)
+		}
+	}
+}
+
+func TestE2EStreamRelayedIncrementally(t *testing.T) {
+	se := newSimEnv(t, []simPod{{name: "a", gpu: "a10g", cfg: server.Config{TimeScale: 1}}}, "")
+	reqBody := `{"model":"llama-3.1-8b","stream":true,"max_tokens":40,"messages":[{"role":"user","content":"tell me"}]}`
+	req, _ := http.NewRequest("POST", se.url+"/v1/chat/completions", strings.NewReader(reqBody))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var events int
+	var firstAt, lastAt time.Time
+	for {
+		line, err := br.ReadString('\n')
+		if strings.HasPrefix(line, "data: ") {
+			events++
+			if firstAt.IsZero() {
+				firstAt = time.Now()
+			}
+			lastAt = time.Now()
+		}
+		if err != nil {
+			break
+		}
+	}
+	if events < 10 {
+		t.Fatalf("only %d events", events)
+	}
+	// 40 tokens on an A10G take ~1s of decode: relayed as produced, the
+	// first event arrives well before the last.
+	if gap := lastAt.Sub(firstAt); gap < 200*time.Millisecond {
+		t.Errorf("events arrived within %v: the stream was buffered", gap)
+	}
+}
+
+// Engines are detected from real simulated /metrics pages, and a TGI pod's
+// missing KV usage is reported where an operator looks.
+func TestE2EEngineDetectionAndMissingMetrics(t *testing.T) {
+	se := newSimEnv(t, []simPod{
+		{name: "legacy", gpu: "a10g", cfg: server.Config{Flavor: server.FlavorVLLMLegacy, TimeScale: 0.1}},
+		{name: "sglang", gpu: "l4", cfg: server.Config{Flavor: server.FlavorSGLang, TimeScale: 0.1}},
+		{name: "tgi", gpu: "l4", cfg: server.Config{Flavor: server.FlavorTGI, TimeScale: 0.1}},
+	}, "")
+	res := se.do(t, "GET", "/debug/pods", "", nil)
+	var d struct {
+		Pods []podDebug `json:"pods"`
+	}
+	if err := json.Unmarshal([]byte(res.body), &d); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		engine  string
+		hasKV   bool
+		missing string
+	}{
+		"legacy": {"vllm-legacy", true, ""},
+		"sglang": {"sglang", true, ""},
+		"tgi":    {"tgi", false, "kv_cache_usage"},
+	}
+	for _, p := range d.Pods {
+		w := want[p.Name]
+		if p.Engine != w.engine || p.Metrics.HasKV != w.hasKV || strings.Join(p.Metrics.Missing, ",") != w.missing || !p.Ready {
+			t.Errorf("%s: engine %q hasKV %v missing %q ready %v; want %+v", p.Name, p.Engine, p.Metrics.HasKV, p.Metrics.Missing, p.Ready, w)
+		}
+	}
+	if v := gaugeSeries(t, se.gw, "infergate_scorer_input_missing"); v != 1 {
+		t.Errorf("infergate_scorer_input_missing series = %d, want 1 (tgi kv)", v)
+	}
+	// All three serve traffic.
+	for i := 0; i < 3; i++ {
+		if r := se.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model":"llama-3.1-8b","max_tokens":2,"prompt":"p%d"}`, i), nil); r.status != 200 {
+			t.Errorf("status %d %s", r.status, r.body)
+		}
+	}
+}
+
+func gaugeSeries(t *testing.T, g *Gateway, name string) int {
+	t.Helper()
+	fams, err := g.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return len(f.GetMetric())
+		}
+	}
+	return 0
+}

@@ -1,0 +1,445 @@
+// Package gateway is the Tier 1 router's request path: an OpenAI-compatible
+// reverse proxy that reads each request's model and prompt, asks the
+// endpoint picker for the best pod of the model's pool and relays the
+// response, streaming it event by event, retrying on the next-best pod
+// when a pod fails before its first byte.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/scrape"
+	"github.com/infergate/infergate/tier1/tier1config"
+)
+
+// Options are a Gateway's collaborators. Zero fields take defaults.
+type Options struct {
+	Logger *slog.Logger // default slog.Default()
+	// Registry receives every infergate_ metric; default a new registry
+	// (never the global one).
+	Registry *prometheus.Registry
+	// ConfigPath, when set, is polled for changes every
+	// Config.ReloadInterval and applied without restart.
+	ConfigPath string
+	// Transport carries requests to pods; default one built from
+	// Config.Timeouts.Connect.
+	Transport http.RoundTripper
+	// Rand seeds the scheduler's tie-breaks; nil is random.
+	Rand *rand.Rand
+}
+
+// Gateway is the Tier 1 router. Create it with New; it is an http.Handler.
+type Gateway struct {
+	log       *slog.Logger
+	reg       *prometheus.Registry
+	m         *metrics
+	scraper   *scrape.Scraper
+	tracker   *picker.Tracker
+	sched     *picker.Scheduler
+	transport http.RoundTripper
+	mux       *http.ServeMux
+	opts      Options
+
+	state atomic.Pointer[state]
+
+	queuesMu sync.Mutex
+	queues   map[string]*waitQueue // by pool; outlive reloads
+
+	adapters atomic.Pointer[adapterIndex]
+	adaptMu  sync.Mutex
+
+	applyMu sync.Mutex
+	nextID  atomic.Uint64
+	ctx     context.Context
+}
+
+// state is one applied configuration; requests load it once and use it
+// throughout, so a reload never changes a request midway.
+type state struct {
+	cfg           *tier1config.Config
+	tokens        tokenSet
+	upstreamToken string
+	pools         map[string]*poolState
+	poolList      []*poolState
+	routes        map[string]route // static model names -> pool
+	policies      map[string]tier1config.ModelConfig
+	pods          map[string]*podRT
+}
+
+type poolState struct {
+	cfg   tier1config.PoolConfig
+	pods  []*podRT
+	queue *waitQueue
+}
+
+// podRT is a configured pod plus the router's runtime notes on it.
+type podRT struct {
+	cfg  tier1config.PodConfig
+	pool *poolState
+	// downUntil (unix nanos) marks the pod unready after a failed
+	// connection, until the scraper has had time to notice.
+	downUntil atomic.Int64
+
+	mu     sync.Mutex
+	scores lastScores
+}
+
+// lastScores is the most recent scheduling cycle that rated a pod.
+type lastScores struct {
+	At      time.Time
+	Picked  bool
+	Total   float64
+	Scorers []string
+	Scores  []float64
+}
+
+// route is where a model name leads.
+type route struct {
+	pool    *poolState
+	adapter string // "" for the base model
+}
+
+// New builds a Gateway for cfg (defaults are filled in place) and starts
+// scraping its pods. It runs until ctx is done.
+func New(ctx context.Context, cfg *tier1config.Config, opts Options) (*Gateway, error) {
+	cfg.SetDefaults()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	g := &Gateway{
+		log:    opts.Logger,
+		reg:    opts.Registry,
+		opts:   opts,
+		queues: map[string]*waitQueue{},
+		ctx:    ctx,
+	}
+	g.m = newMetrics(g.reg)
+	g.tracker = picker.NewTracker(picker.TrackerOptions{})
+	sched, err := picker.NewScheduler(cfg.Scheduler, picker.Options{Tracker: g.tracker, Rand: opts.Rand})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	g.sched = sched
+	g.transport = opts.Transport
+	if g.transport == nil {
+		g.transport = newTransport(cfg.Timeouts.Connect)
+	}
+	// The upstream token also guards pods' /v1/models (vLLM --api-key).
+	modelsToken, err := cfg.Upstream.ResolveToken()
+	if err != nil {
+		return nil, err
+	}
+	g.scraper = scrape.New(ctx, scrape.Options{
+		ModelsToken:    modelsToken,
+		Interval:       cfg.Scrape.Interval,
+		Timeout:        cfg.Scrape.Timeout,
+		ModelsInterval: cfg.Scrape.ModelsInterval,
+		Logger:         g.log,
+		Registerer:     g.reg,
+		OnUpdate:       g.podUpdated,
+	})
+	g.reg.MustRegister(podCollector{g})
+	if err := g.Apply(cfg); err != nil {
+		g.scraper.Close()
+		return nil, err
+	}
+	g.routes()
+	if opts.ConfigPath != "" && cfg.ReloadInterval > 0 {
+		go g.watchConfig(ctx, opts.ConfigPath, cfg.ReloadInterval)
+	}
+	return g, nil
+}
+
+func newTransport(connect time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // pods are cluster-local; never via HTTP_PROXY
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true, // relay bytes as the pod sent them
+		ExpectContinueTimeout: 0,
+	}
+}
+
+// Registry returns the registry holding the gateway's metrics.
+func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// Close stops scraping. In-flight requests are not interrupted.
+func (g *Gateway) Close() { g.scraper.Close() }
+
+// Apply switches to cfg (defaulted and validated): pods, pools, models,
+// tokens and the scheduling profile change at once for new requests.
+// Listen address, scrape intervals and the connect timeout need a restart.
+// On error the previous configuration stays in force.
+func (g *Gateway) Apply(cfg *tier1config.Config) error {
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
+	// Callers building a Config in code may skip the loader: default and
+	// validate here too (both are idempotent).
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	tokens, err := cfg.Auth.ResolveTokens()
+	if err != nil {
+		return err
+	}
+	upTok, err := cfg.Upstream.ResolveToken()
+	if err != nil {
+		return err
+	}
+	if err := g.sched.Update(cfg.Scheduler); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	st := &state{
+		cfg:           cfg,
+		tokens:        newTokenSet(tokens),
+		upstreamToken: upTok,
+		pools:         map[string]*poolState{},
+		routes:        map[string]route{},
+		policies:      map[string]tier1config.ModelConfig{},
+		pods:          map[string]*podRT{},
+	}
+	g.queuesMu.Lock()
+	for _, pc := range cfg.Pools {
+		q := g.queues[pc.Name]
+		if q == nil {
+			q = newWaitQueue()
+			g.queues[pc.Name] = q
+		}
+		ps := &poolState{cfg: pc, queue: q}
+		st.pools[pc.Name] = ps
+		st.poolList = append(st.poolList, ps)
+		st.routes[pc.Model] = route{pool: ps}
+		for _, a := range pc.Adapters {
+			st.routes[a] = route{pool: ps, adapter: a}
+		}
+	}
+	g.queuesMu.Unlock()
+	for _, mc := range cfg.Models {
+		st.policies[mc.Name] = mc
+		if mc.Base != "" {
+			for _, ps := range st.poolList {
+				if ps.cfg.Model == mc.Base {
+					st.routes[mc.Name] = route{pool: ps, adapter: mc.Name}
+				}
+			}
+		}
+	}
+	needs := scrapeNeeds(cfg.Scheduler)
+	var targets []scrape.Target
+	old := g.state.Load()
+	for _, pc := range cfg.Pods {
+		ps := st.pools[pc.Pool]
+		rt := &podRT{cfg: pc, pool: ps}
+		if old != nil {
+			if prev := old.pods[pc.Name]; prev != nil {
+				prev.mu.Lock()
+				rt.scores = prev.scores
+				prev.mu.Unlock()
+			}
+		}
+		st.pods[pc.Name] = rt
+		ps.pods = append(ps.pods, rt)
+		need := needs
+		if !poolHasAdapters(cfg, ps.cfg) {
+			need &^= scrape.InputLoRA // LoRA state is irrelevant without adapters
+		}
+		targets = append(targets, scrape.Target{Name: pc.Name, Address: pc.Address, Engine: pc.Engine, Needs: need})
+	}
+	g.state.Store(st)
+	g.scraper.SetTargets(targets)
+	if old != nil {
+		for name := range old.pods {
+			if st.pods[name] == nil {
+				g.tracker.RemovePod(name)
+			}
+		}
+	}
+	g.adapters.Store(nil)
+	return nil
+}
+
+func poolHasAdapters(cfg *tier1config.Config, pc tier1config.PoolConfig) bool {
+	if len(pc.Adapters) > 0 {
+		return true
+	}
+	return slices.ContainsFunc(cfg.Models, func(m tier1config.ModelConfig) bool { return m.Base == pc.Model })
+}
+
+// scrapeNeeds maps the enabled scorers to the pod metrics they read.
+func scrapeNeeds(p picker.ProfileConfig) scrape.Input {
+	var in scrape.Input
+	for _, s := range p.Scorers {
+		if !s.On() {
+			continue
+		}
+		switch s.Name {
+		case picker.ScorerQueue:
+			in |= scrape.InputWaiting
+		case picker.ScorerRunning:
+			in |= scrape.InputRunning
+		case picker.ScorerKVCache:
+			in |= scrape.InputKV
+		case picker.ScorerLoRAAffinity:
+			in |= scrape.InputLoRA
+		case picker.ScorerPredictedLatency:
+			in |= scrape.InputWaiting
+		}
+	}
+	return in
+}
+
+// watchConfig polls the config file's modification time and size and
+// applies a changed file. A file that fails to load is logged and ignored.
+func (g *Gateway) watchConfig(ctx context.Context, path string, every time.Duration) {
+	stamp := func() (time.Time, int64) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return time.Time{}, -1
+		}
+		return fi.ModTime(), fi.Size()
+	}
+	lastMod, lastSize := stamp()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		mod, size := stamp()
+		if size < 0 || (mod.Equal(lastMod) && size == lastSize) {
+			continue
+		}
+		lastMod, lastSize = mod, size
+		if err := g.Reload(path); err != nil {
+			g.log.Error("config reload failed; keeping the previous configuration", "path", path, "err", err)
+			continue
+		}
+		g.log.Info("config reloaded", "path", path)
+	}
+}
+
+// Reload loads the file at path and applies it.
+func (g *Gateway) Reload(path string) error {
+	var cfg tier1config.Config
+	err := config.Load(path, &cfg)
+	if err == nil {
+		err = g.Apply(&cfg)
+	}
+	if err != nil {
+		g.m.reloads.WithLabelValues("error").Inc()
+		return err
+	}
+	g.m.reloads.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// podUpdated runs after every scrape of pod: waiting requests of its pool
+// re-check for capacity.
+func (g *Gateway) podUpdated(pod string) {
+	if st := g.state.Load(); st != nil {
+		if rt := st.pods[pod]; rt != nil {
+			rt.pool.queue.signal()
+		}
+	}
+}
+
+func (g *Gateway) routes() {
+	mux := http.NewServeMux()
+	for _, ep := range []endpoint{epChat, epCompletions, epEmbeddings} {
+		mux.Handle(ep.path, g.authed(func(w http.ResponseWriter, r *http.Request, st *state, trusted bool) {
+			g.handleInference(w, r, st, ep, trusted)
+		}))
+	}
+	mux.Handle("/v1/models", g.authed(g.handleModels))
+	mux.Handle("/debug/pods", g.authed(g.handleDebugPods))
+	mux.Handle(cluster.LoadPath, g.authed(g.handleLoad))
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("/ready", g.handleReady)
+	mux.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openai.Errorf(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+	})
+	g.mux = mux
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mux.ServeHTTP(w, r)
+}
+
+// authed wraps a handler with bearer-token authentication. trusted tells
+// the handler the client was authenticated (so may set trusted headers).
+func (g *Gateway) authed(h func(w http.ResponseWriter, r *http.Request, st *state, trusted bool)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := g.state.Load()
+		if st.cfg.Auth.Disabled {
+			h(w, r, st, false)
+			return
+		}
+		if !st.tokens.check(r) {
+			g.m.requests.WithLabelValues("", "", "", "401").Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="infergate"`)
+			openai.Errorf(w, http.StatusUnauthorized, "invalid_api_key", "missing or invalid bearer token")
+			return
+		}
+		h(w, r, st, true)
+	})
+}
+
+// Serve serves on ln until ctx is done, then shuts down gracefully,
+// giving in-flight requests up to grace to finish.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	srv := &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		// No WriteTimeout: responses stream for as long as generation runs,
+		// bounded by Timeouts.Request and Timeouts.Idle instead.
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-done
+		return nil
+	}
+	return err
+}

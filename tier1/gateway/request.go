@@ -1,0 +1,243 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// Internal headers: set by infergate (or a GIE-style gateway) between its
+// own hops, never accepted from clients.
+const (
+	HeaderPriority = "X-Infergate-Priority"    // request priority, trusted clients only
+	HeaderTTFTSLO  = "X-Infergate-Ttft-Slo-Ms" // per-request TTFT objective in ms
+)
+
+// errBodyTooLarge is returned by readBody when the body exceeds the limit.
+var errBodyTooLarge = errors.New("request body too large")
+
+// readBody reads the whole request body, at most limit bytes. With a known
+// Content-Length it makes exactly one allocation and one copy (kernel to
+// buffer); the returned slice is then shared read-only by the JSON decoder,
+// the prefix hasher and every upstream attempt.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	var buf []byte
+	if r.ContentLength >= 0 {
+		buf = make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			return nil, classifyReadErr(err)
+		}
+		return buf, nil
+	}
+	buf, err := io.ReadAll(body)
+	if err != nil {
+		return nil, classifyReadErr(err)
+	}
+	return buf, nil
+}
+
+func classifyReadErr(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errBodyTooLarge
+	}
+	return fmt.Errorf("read request body: %w", err)
+}
+
+// span is a JSON value kept as the raw bytes of the request body it came
+// from. encoding/json hands UnmarshalJSON a subslice of its input, so
+// keeping it costs no copy; the body outlives the request's handling.
+type span []byte
+
+func (s *span) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*s = nil
+		return nil
+	}
+	*s = b
+	return nil
+}
+
+// inferenceBody holds the only request fields the router reads; the rest of
+// the body is forwarded untouched.
+type inferenceBody struct {
+	Model               string `json:"model"`
+	Stream              bool   `json:"stream"`
+	MaxTokens           *int   `json:"max_tokens"`
+	MaxCompletionTokens *int   `json:"max_completion_tokens"`
+	Messages            span   `json:"messages"`
+	Prompt              span   `json:"prompt"`
+	Input               span   `json:"input"`
+	CacheSalt           string `json:"cache_salt"`
+}
+
+// endpoint kinds and the field each requires.
+type endpoint struct {
+	path  string
+	field string // required prompt-carrying field
+}
+
+var (
+	epChat        = endpoint{"/v1/chat/completions", "messages"}
+	epCompletions = endpoint{"/v1/completions", "prompt"}
+	epEmbeddings  = endpoint{"/v1/embeddings", "input"}
+)
+
+// parseBody decodes the routing fields of an OpenAI request body.
+func parseBody(ep endpoint, data []byte) (*inferenceBody, error) {
+	var b inferenceBody
+	if len(data) == 0 {
+		return nil, errors.New("request body is empty; expected a JSON object")
+	}
+	if err := json.Unmarshal(data, &b); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, fmt.Errorf("field %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		return nil, fmt.Errorf("request body is not valid JSON: %v", err)
+	}
+	if b.Model == "" {
+		return nil, errors.New(`field "model" is required`)
+	}
+	if len(b.promptBytes(ep)) == 0 {
+		return nil, fmt.Errorf("field %q is required", ep.field)
+	}
+	for name, v := range map[string]*int{"max_tokens": b.MaxTokens, "max_completion_tokens": b.MaxCompletionTokens} {
+		if v != nil && *v < 0 {
+			return nil, fmt.Errorf("field %q must not be negative", name)
+		}
+	}
+	return &b, nil
+}
+
+// promptBytes is the text the prefix hash and token estimate cover: the
+// raw messages JSON (as GIE hashes it), or the prompt / input.
+func (b *inferenceBody) promptBytes(ep endpoint) []byte {
+	switch ep.field {
+	case "messages":
+		return b.Messages
+	case "prompt":
+		return b.Prompt
+	default:
+		return b.Input
+	}
+}
+
+func (b *inferenceBody) maxTokens() int {
+	switch {
+	case b.MaxCompletionTokens != nil:
+		return *b.MaxCompletionTokens
+	case b.MaxTokens != nil:
+		return *b.MaxTokens
+	}
+	return 0
+}
+
+// hopHeaders are hop-by-hop headers (RFC 9110 §7.6.1), never forwarded.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// isInternal reports whether a canonical header key is one of the routing
+// headers clients must not set: a client could otherwise pick its own pod
+// (x-gateway-destination-endpoint) or priority.
+func isInternal(key string) bool {
+	return strings.HasPrefix(key, "X-Infergate-") || strings.HasPrefix(key, "X-Gateway-")
+}
+
+// upstreamHeaders returns the headers to send to a pod: the client's minus
+// hop-by-hop, internal and credential headers.
+func upstreamHeaders(in http.Header, clientIP, upstreamToken string) http.Header {
+	out := make(http.Header, len(in)+1)
+	for k, v := range in {
+		if isInternal(k) || k == "Authorization" || k == "Cookie" {
+			continue
+		}
+		out[k] = v
+	}
+	removeHopHeaders(out, in)
+	if upstreamToken != "" {
+		out["Authorization"] = []string{"Bearer " + upstreamToken}
+	}
+	if clientIP != "" {
+		if prior := in["X-Forwarded-For"]; len(prior) > 0 {
+			clientIP = strings.Join(prior, ", ") + ", " + clientIP
+		}
+		out["X-Forwarded-For"] = []string{clientIP}
+	}
+	return out
+}
+
+// copyResponseHeaders copies a pod's response headers minus hop-by-hop and
+// internal ones (a pod must not be able to spoof the router's headers).
+func copyResponseHeaders(dst, src http.Header) {
+	for k, v := range src {
+		if isInternal(k) {
+			continue
+		}
+		dst[k] = v
+	}
+	removeHopHeaders(dst, src)
+}
+
+// removeHopHeaders deletes hop-by-hop headers from h, including those named
+// in connSrc's Connection header.
+func removeHopHeaders(h, connSrc http.Header) {
+	for _, f := range connSrc["Connection"] {
+		for _, name := range strings.Split(f, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return ""
+	}
+	return host
+}
+
+// tokenSet holds SHA-256 digests of the accepted tokens, so comparison is
+// constant-time and independent of token length.
+type tokenSet [][sha256.Size]byte
+
+func newTokenSet(tokens []string) tokenSet {
+	s := make(tokenSet, len(tokens))
+	for i, t := range tokens {
+		s[i] = sha256.Sum256([]byte(t))
+	}
+	return s
+}
+
+// check reports whether the request carries an accepted bearer token. It
+// compares against every token without an early exit.
+func (s tokenSet) check(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	ok := 0
+	for i := range s {
+		ok |= subtle.ConstantTimeCompare(got[:], s[i][:])
+	}
+	return ok == 1
+}

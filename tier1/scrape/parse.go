@@ -1,0 +1,420 @@
+// Package scrape polls model-server pods for the state the endpoint picker
+// routes on: each pod's Prometheus /metrics (queue, running batch, KV-cache
+// usage, LoRA slots) on a short interval, and its /v1/models (served adapters
+// and their base models) on a longer one.
+package scrape
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/infergate/infergate/tier1/picker"
+)
+
+// Engine names, as used in configuration and picker.Pod.Engine.
+const (
+	EngineVLLM       = "vllm"
+	EngineVLLMLegacy = "vllm-legacy" // vLLM before kv_cache_usage_perc was introduced
+	EngineSGLang     = "sglang"
+	EngineTGI        = "tgi"
+)
+
+// Engines lists the engines Parse understands.
+var Engines = []string{EngineVLLM, EngineVLLMLegacy, EngineSGLang, EngineTGI}
+
+// Input is one kind of scheduling input a scorer may need from a pod.
+type Input uint8
+
+// Inputs a pod's metrics can provide.
+const (
+	InputWaiting Input = 1 << iota // requests queued on the server
+	InputRunning                   // requests in the running batch
+	InputKV                        // KV-cache utilization
+	InputLoRA                      // LoRA adapter slots
+)
+
+// AllInputs is every Input.
+const AllInputs = InputWaiting | InputRunning | InputKV | InputLoRA
+
+var inputNames = []struct {
+	in   Input
+	name string
+}{
+	{InputWaiting, "waiting"},
+	{InputRunning, "running"},
+	{InputKV, "kv_cache_usage"},
+	{InputLoRA, "lora"},
+}
+
+// String lists the inputs in the set, e.g. "waiting|kv_cache_usage".
+func (in Input) String() string {
+	var parts []string
+	for _, n := range inputNames {
+		if in&n.in != 0 {
+			parts = append(parts, n.name)
+		}
+	}
+	return strings.Join(parts, "|")
+}
+
+// engineMetrics names the metrics one engine exports for each input. An
+// empty name means the engine has no such metric.
+type engineMetrics struct {
+	waiting, running string
+	kv               []string // first present wins
+	lora             string
+	cacheConfig      string
+	blockSizeLabel   string
+	numBlocksLabel   string
+}
+
+var mappings = map[string]engineMetrics{
+	EngineVLLM: {
+		waiting: "vllm:num_requests_waiting",
+		running: "vllm:num_requests_running",
+		// Older vLLM exports only the legacy name; read it rather than
+		// silently dropping KV usage as GIE does.
+		kv:             []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+		lora:           "vllm:lora_requests_info",
+		cacheConfig:    "vllm:cache_config_info",
+		blockSizeLabel: "block_size",
+		numBlocksLabel: "num_gpu_blocks",
+	},
+	EngineVLLMLegacy: {
+		waiting:        "vllm:num_requests_waiting",
+		running:        "vllm:num_requests_running",
+		kv:             []string{"vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"},
+		lora:           "vllm:lora_requests_info",
+		cacheConfig:    "vllm:cache_config_info",
+		blockSizeLabel: "block_size",
+		numBlocksLabel: "num_gpu_blocks",
+	},
+	EngineSGLang: {
+		waiting:        "sglang:num_queue_reqs",
+		running:        "sglang:num_running_reqs",
+		kv:             []string{"sglang:token_usage"},
+		cacheConfig:    "sglang:cache_config_info",
+		blockSizeLabel: "page_size",
+		numBlocksLabel: "num_pages",
+	},
+	EngineTGI: {
+		waiting: "tgi_queue_size",
+		running: "tgi_batch_current_size",
+		// TGI exports no KV-cache usage and no LoRA slot state.
+	},
+}
+
+// wanted is the set of metric families any engine mapping reads; Parse drops
+// every other line before the text parser sees it, because vLLM's exposition
+// is dominated by histograms the router never reads.
+var wanted = func() map[string]bool {
+	w := map[string]bool{}
+	for _, m := range mappings {
+		for _, n := range append([]string{m.waiting, m.running, m.lora, m.cacheConfig}, m.kv...) {
+			if n != "" {
+				w[n] = true
+			}
+		}
+	}
+	return w
+}()
+
+// MetricName returns the metric an engine would export for in (the first
+// one for an input with several names), or "<input>" when the engine has no
+// such metric at all.
+func MetricName(engine string, in Input) string {
+	m := mappings[engine]
+	var n string
+	switch in {
+	case InputWaiting:
+		n = m.waiting
+	case InputRunning:
+		n = m.running
+	case InputKV:
+		if len(m.kv) > 0 {
+			n = m.kv[0]
+		}
+	case InputLoRA:
+		n = m.lora
+	}
+	if n == "" {
+		return in.String()
+	}
+	return n
+}
+
+// Sample is one parsed scrape.
+type Sample struct {
+	Engine  string // the configured engine, or the detected one
+	Metrics picker.Metrics
+	Have    Input // inputs the exposition provided
+}
+
+// Missing returns the metric names for the inputs in need that s lacks,
+// sorted in Input order.
+func (s *Sample) Missing(need Input) []string {
+	var out []string
+	for _, n := range inputNames {
+		if need&n.in != 0 && s.Have&n.in == 0 {
+			out = append(out, MetricName(s.Engine, n.in))
+		}
+	}
+	return out
+}
+
+// ErrUnknownEngine is returned by Parse when the engine is not configured and
+// the exposition holds none of the metrics of a known engine.
+var ErrUnknownEngine = errors.New("cannot detect model-server engine from metrics")
+
+// Parse reads a Prometheus text exposition and maps it onto picker.Metrics
+// for engine ("" detects the engine from the metric names present). Series of
+// one metric (data-parallel ranks, per-engine labels) are summed for counts
+// and averaged for KV usage.
+func Parse(engine string, r io.Reader) (Sample, error) {
+	filtered, err := filterWanted(r)
+	if err != nil {
+		return Sample{}, fmt.Errorf("read metrics: %w", err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(filtered))
+	if err != nil {
+		return Sample{}, fmt.Errorf("parse metrics: %w", err)
+	}
+	if engine == "" {
+		engine = detect(fams)
+		if engine == "" {
+			return Sample{}, ErrUnknownEngine
+		}
+	}
+	m, ok := mappings[engine]
+	if !ok {
+		return Sample{}, fmt.Errorf("unknown engine %q", engine)
+	}
+	s := Sample{Engine: engine}
+	if v, ok := sum(fams[m.waiting]); ok {
+		s.Metrics.Waiting = int(v)
+		s.Have |= InputWaiting
+	}
+	if v, ok := sum(fams[m.running]); ok {
+		s.Metrics.Running = int(v)
+		s.Have |= InputRunning
+	}
+	for _, name := range m.kv {
+		if v, ok := mean(fams[name]); ok {
+			s.Metrics.KVUsage = clamp01(v)
+			s.Metrics.HasKV = true
+			s.Have |= InputKV
+			break
+		}
+	}
+	if m.lora != "" {
+		if parseLoRA(fams[m.lora], &s.Metrics) {
+			s.Have |= InputLoRA
+		}
+	}
+	if m.cacheConfig != "" {
+		parseCacheConfig(fams[m.cacheConfig], m, &s.Metrics)
+	}
+	return s, nil
+}
+
+// detect names the engine whose metrics appear in fams, or "".
+func detect(fams map[string]*dto.MetricFamily) string {
+	switch {
+	case fams["vllm:kv_cache_usage_perc"] != nil:
+		return EngineVLLM
+	case fams["vllm:gpu_cache_usage_perc"] != nil:
+		return EngineVLLMLegacy
+	}
+	for name := range fams {
+		switch {
+		case strings.HasPrefix(name, "vllm:"):
+			return EngineVLLM
+		case strings.HasPrefix(name, "sglang:"):
+			return EngineSGLang
+		case strings.HasPrefix(name, "tgi_"):
+			return EngineTGI
+		}
+	}
+	return ""
+}
+
+// filterWanted copies the lines of r that belong to a wanted metric family
+// (samples and their # HELP / # TYPE lines).
+func filterWanted(r io.Reader) ([]byte, error) {
+	br := bufio.NewReaderSize(r, 32<<10)
+	var out bytes.Buffer
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: read the rest and judge the whole.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if len(line) > 0 && wanted[lineFamily(line)] {
+			out.Write(line)
+			if line[len(line)-1] != '\n' {
+				out.WriteByte('\n')
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return out.Bytes(), nil
+			}
+			return nil, err
+		}
+	}
+}
+
+// lineFamily returns the metric name a text-format line is about.
+func lineFamily(line []byte) string {
+	line = bytes.TrimLeft(line, " \t")
+	if len(line) > 0 && line[0] == '#' {
+		f := bytes.Fields(line)
+		if len(f) >= 3 && (string(f[1]) == "HELP" || string(f[1]) == "TYPE") {
+			return string(f[2])
+		}
+		return ""
+	}
+	end := bytes.IndexAny(line, "{ \t")
+	if end < 0 {
+		return ""
+	}
+	return string(line[:end])
+}
+
+func value(m *dto.Metric) (float64, bool) {
+	var v float64
+	switch {
+	case m.GetGauge() != nil:
+		v = m.GetGauge().GetValue()
+	case m.GetCounter() != nil:
+		v = m.GetCounter().GetValue()
+	case m.GetUntyped() != nil:
+		v = m.GetUntyped().GetValue()
+	default:
+		return 0, false
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, false
+	}
+	return v, true
+}
+
+func sum(f *dto.MetricFamily) (float64, bool) {
+	if f == nil {
+		return 0, false
+	}
+	var total float64
+	var n int
+	for _, m := range f.GetMetric() {
+		if v, ok := value(m); ok {
+			total += v
+			n++
+		}
+	}
+	if total < 0 {
+		total = 0
+	}
+	return total, n > 0
+}
+
+func mean(f *dto.MetricFamily) (float64, bool) {
+	if f == nil {
+		return 0, false
+	}
+	total, ok := sum(f)
+	if !ok {
+		return 0, false
+	}
+	var n int
+	for _, m := range f.GetMetric() {
+		if _, ok := value(m); ok {
+			n++
+		}
+	}
+	return total / float64(n), true
+}
+
+func clamp01(v float64) float64 {
+	return math.Max(0, math.Min(1, v))
+}
+
+func label(m *dto.Metric, name string) (string, bool) {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue(), true
+		}
+	}
+	return "", false
+}
+
+// parseLoRA reads vllm:lora_requests_info. Each series' value is the time it
+// was last updated, so the series with the newest value is the current state.
+func parseLoRA(f *dto.MetricFamily, out *picker.Metrics) bool {
+	if f == nil {
+		return false
+	}
+	var best *dto.Metric
+	bestV := math.Inf(-1)
+	for _, m := range f.GetMetric() {
+		if v, ok := value(m); ok && v >= bestV {
+			best, bestV = m, v
+		}
+	}
+	if best == nil {
+		return false
+	}
+	running, _ := label(best, "running_lora_adapters")
+	waiting, _ := label(best, "waiting_lora_adapters")
+	out.ActiveAdapters = splitList(running)
+	out.WaitingAdapters = splitList(waiting)
+	if s, ok := label(best, "max_lora"); ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
+			out.MaxLoras = n
+		}
+	}
+	out.HasLoRA = true
+	return true
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseCacheConfig(f *dto.MetricFamily, m engineMetrics, out *picker.Metrics) {
+	if f == nil || len(f.GetMetric()) == 0 {
+		return
+	}
+	mt := f.GetMetric()[0]
+	if s, ok := label(mt, m.blockSizeLabel); ok {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			out.BlockSize = n
+		}
+	}
+	if s, ok := label(mt, m.numBlocksLabel); ok {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			out.NumBlocks = n
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package tier1config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/tier1/picker"
+)
+
+const base = `
+auth: {tokens: [t1]}
+pools:
+  - {name: llama, model: llama-3.1-8b, adapters: [sql-lora]}
+pods:
+  - {name: p0, address: "127.0.0.1:8101", pool: llama, engine: vllm}
+`
+
+func TestDefaults(t *testing.T) {
+	var c Config
+	if err := config.Decode("t.yaml", []byte(base), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != DefaultListen || c.PodHeader != DefaultPodHeader || c.Scrape.Interval != 50*time.Millisecond ||
+		c.Retry.MaxAttempts != 3 || c.Queue.MaxWait != 2*time.Second || c.MaxBodyBytes != DefaultMaxBodyBytes {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if c.Scheduler.Weight(picker.ScorerPrefix) != picker.DefaultProfile().Weight(picker.ScorerPrefix) {
+		t.Errorf("scheduler default not applied: %+v", c.Scheduler)
+	}
+}
+
+func TestSchedulerOverride(t *testing.T) {
+	var c Config
+	data := base + "scheduler:\n  scorers:\n    - {name: queue, weight: 7}\n"
+	if err := config.Decode("t.yaml", []byte(data), &c); err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Scheduler.Weight(picker.ScorerQueue); w != 7 {
+		t.Errorf("queue weight = %v, want 7", w)
+	}
+	if w := c.Scheduler.Weight(picker.ScorerKVCache); w == 0 {
+		t.Error("kv-cache scorer lost by a one-weight override")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"no auth source", "pools: [{name: a, model: m}]\n", "no token source"},
+		{"auth disabled ok", "auth: {disabled: true}\n", ""},
+		{"unknown field", base + "bogus: 1\n", "bogus"},
+		{"unknown pool", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: nope}\n", `unknown pool "nope"`},
+		{"bad address", base + "  - {name: p1, address: localhost, pool: llama}\n", "not host:port"},
+		{"bad engine", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: llama, engine: triton}\n", `unknown engine "triton"`},
+		{"duplicate pod", base + "  - {name: p0, address: \"127.0.0.1:1\", pool: llama}\n", `duplicate pod "p0"`},
+		{"adapter base unknown", base + "models: [{name: x-lora, base: nope}]\n", `base "nope"`},
+		{"bad scorer", base + "scheduler: {scorers: [{name: magic, weight: 1}]}\n", `unknown scorer "magic"`},
+		{"negative timeout", base + "timeouts: {connect: -1s}\n", "timeouts.connect"},
+		{"zero attempts", base + "retry: {max_attempts: -1}\n", "max_attempts"},
+		{"adapter clashes with model", "auth: {disabled: true}\npools: [{name: a, model: m}, {name: b, model: n, adapters: [m]}]\n", `adapter "m"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c Config
+			err := config.Decode("t.yaml", []byte(tt.yaml), &c)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolveTokens(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(file, []byte("# comment\nfile-token\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEST_TIER1_TOKENS", "env-a, env-b")
+	got, err := AuthConfig{Tokens: []string{"inline"}, TokenEnv: "TEST_TIER1_TOKENS", TokenFile: file}.ResolveTokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "inline,env-a,env-b,file-token" {
+		t.Errorf("tokens = %q", got)
+	}
+	_, err = AuthConfig{TokenEnv: "TEST_TIER1_UNSET_VAR"}.ResolveTokens()
+	if err == nil {
+		t.Error("no tokens resolved but no error")
+	}
+	if got, err := (AuthConfig{Disabled: true}).ResolveTokens(); err != nil || got != nil {
+		t.Errorf("disabled: %q, %v", got, err)
+	}
+}
+
+// The shipped example must stay loadable.
+func TestExampleConfig(t *testing.T) {
+	t.Setenv("INFERGATE_TIER1_TOKEN", "example")
+	var c Config
+	if err := config.Load("../../examples/tier1.yaml", &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Pods) != 8 || len(c.Pools) != 2 || c.Listen != "127.0.0.1:9001" {
+		t.Errorf("example: %d pods, %d pools, listen %s", len(c.Pods), len(c.Pools), c.Listen)
+	}
+	if _, err := c.Auth.ResolveTokens(); err != nil {
+		t.Error(err)
+	}
+}
