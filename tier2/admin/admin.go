@@ -1,0 +1,447 @@
+// Package admin is Tier 2's admin API: tenants, API keys, limits, cluster
+// overrides, usage and breaker states, on its own listener behind its own
+// bearer token. Errors use OpenAI's JSON error shape; validation errors
+// name the offending field in "param".
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/tier2/ratelimit"
+	"github.com/infergate/infergate/tier2/tenant"
+)
+
+// Store is what the admin API needs from the tenant store; *tenant.Store
+// implements it.
+type Store interface {
+	Tenant(id string) (*tenant.Tenant, bool)
+	Tenants() []*tenant.Tenant
+	CreateTenant(ctx context.Context, t tenant.Tenant) error
+	UpdateTenant(ctx context.Context, t tenant.Tenant) error
+	DeleteTenant(ctx context.Context, id string) error
+	CreateKey(ctx context.Context, tenantID, name string) (string, tenant.KeyInfo, error)
+	Keys(tenantID string) []tenant.KeyInfo
+	DeleteKey(ctx context.Context, tenantID, keyID string) error
+	Overrides() map[string]tenant.ClusterOverride
+	SetOverride(ctx context.Context, cluster string, o tenant.ClusterOverride) error
+	DeleteOverride(ctx context.Context, cluster string) error
+}
+
+// UsageReader reports a tenant's current use; *ratelimit.Limiter implements it.
+type UsageReader interface {
+	Usage(ctx context.Context, t *tenant.Tenant) (ratelimit.Usage, error)
+}
+
+// BreakerState is one circuit breaker as the gateway reports it.
+type BreakerState struct {
+	Cluster             string    `json:"cluster"`
+	Model               string    `json:"model,omitempty"`
+	State               string    `json:"state"` // closed, half-open, open
+	ConsecutiveFailures uint32    `json:"consecutive_failures"`
+	Since               time.Time `json:"since,omitzero"`
+}
+
+// BreakerReporter is implemented by the gateway to expose its breakers.
+type BreakerReporter interface {
+	Breakers() []BreakerState
+}
+
+// Options configure the admin server.
+type Options struct {
+	Store Store
+	// Limiter answers usage queries; optional.
+	Limiter UsageReader
+	// Token is the admin bearer token. Required: with an empty token every
+	// request is refused.
+	Token string
+	// Breakers is optional.
+	Breakers BreakerReporter
+	Logger   *slog.Logger
+}
+
+// Server is the admin HTTP API.
+type Server struct {
+	opts     Options
+	e        *echo.Echo
+	tokenSum [32]byte
+}
+
+// New builds the server. Serve it with Handler or Serve.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, tokenSum: sha256.Sum256([]byte(opts.Token))}
+	if opts.Token == "" {
+		opts.Logger.Error("admin: no token configured; refusing every request")
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.GET("/openapi.json", s.openAPI)
+	g := e.Group("/admin/v1", s.auth)
+	g.GET("/tenants", s.listTenants)
+	g.POST("/tenants", s.createTenant)
+	g.GET("/tenants/:id", s.getTenant)
+	g.PUT("/tenants/:id", s.putTenant)
+	g.DELETE("/tenants/:id", s.deleteTenant)
+	g.GET("/tenants/:id/limits", s.getLimits)
+	g.PUT("/tenants/:id/limits", s.putLimits)
+	g.GET("/tenants/:id/usage", s.usage)
+	g.GET("/tenants/:id/keys", s.listKeys)
+	g.POST("/tenants/:id/keys", s.createKey)
+	g.DELETE("/tenants/:id/keys/:key", s.deleteKey)
+	g.GET("/clusters", s.listOverrides)
+	g.GET("/clusters/:name/override", s.getOverride)
+	g.PUT("/clusters/:name/override", s.putOverride)
+	g.DELETE("/clusters/:name/override", s.deleteOverride)
+	g.GET("/breakers", s.breakers)
+	s.e = e
+	return s
+}
+
+// Handler serves the admin API.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Serve serves on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.e, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-errc
+		return nil
+	}
+}
+
+// apiError carries an OpenAI-shaped error through echo's error path.
+type apiError struct {
+	status      int
+	code, param string
+	msg         string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errf(status int, code, param, format string, a ...any) error {
+	return &apiError{status: status, code: code, param: param, msg: fmt.Sprintf(format, a...)}
+}
+
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *apiError
+	var he *echo.HTTPError
+	var fe *tenant.FieldError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &fe):
+		ae = &apiError{status: http.StatusBadRequest, code: "invalid_field", param: fe.Field, msg: fe.Error()}
+	case errors.Is(err, tenant.ErrNotFound):
+		ae = &apiError{status: http.StatusNotFound, code: "not_found", msg: err.Error()}
+	case errors.Is(err, tenant.ErrExists):
+		ae = &apiError{status: http.StatusConflict, code: "already_exists", msg: err.Error()}
+	case errors.As(err, &he):
+		ae = &apiError{status: he.Code, code: strings.ToLower(strings.ReplaceAll(http.StatusText(he.Code), " ", "_")), msg: fmt.Sprint(he.Message)}
+	default:
+		s.opts.Logger.Error("admin: request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		ae = &apiError{status: http.StatusInternalServerError, code: "internal_error", msg: "internal error"}
+	}
+	writeError(c.Response(), ae)
+}
+
+func writeError(w http.ResponseWriter, ae *apiError) {
+	e := openai.Error{Message: ae.msg, Type: openai.TypeForStatus(ae.status), Code: ae.code}
+	if ae.param != "" {
+		p := ae.param
+		e.Param = &p
+	}
+	body, _ := json.Marshal(map[string]openai.Error{"error": e})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ae.status)
+	_, _ = w.Write(body)
+}
+
+// auth checks the bearer token. Comparing SHA-256 digests keeps the
+// comparison constant-time even when lengths differ.
+func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header.Get("Authorization")
+		tok, ok := strings.CutPrefix(h, "Bearer ")
+		sum := sha256.Sum256([]byte(tok))
+		if !ok || s.opts.Token == "" || subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="infergate-admin"`)
+			return errf(http.StatusUnauthorized, "invalid_admin_token", "", "missing or invalid admin token")
+		}
+		return next(c)
+	}
+}
+
+// decode reads a JSON body strictly; unknown fields and type mismatches
+// become 400s naming the field.
+func decode(c echo.Context, v any) error {
+	dec := json.NewDecoder(io.LimitReader(c.Request().Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
+			return errf(http.StatusBadRequest, "invalid_field", te.Field, "field %s: expected %s", te.Field, te.Type)
+		case errors.As(err, &se):
+			return errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON at offset %d", se.Offset)
+		case errors.Is(err, io.EOF):
+			return errf(http.StatusBadRequest, "invalid_json", "", "empty body")
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			f = strings.Trim(f, `"`)
+			return errf(http.StatusBadRequest, "unknown_field", f, "unknown field %q", f)
+		}
+		return errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) tenant(c echo.Context) (*tenant.Tenant, error) {
+	id := c.Param("id")
+	t, ok := s.opts.Store.Tenant(id)
+	if !ok {
+		return nil, errf(http.StatusNotFound, "tenant_not_found", "id", "tenant %q not found", id)
+	}
+	return t, nil
+}
+
+type listResp[T any] struct {
+	Object string `json:"object"`
+	Data   []T    `json:"data"`
+}
+
+func (s *Server) listTenants(c echo.Context) error {
+	ts := s.opts.Store.Tenants()
+	if ts == nil {
+		ts = []*tenant.Tenant{}
+	}
+	return c.JSON(http.StatusOK, listResp[*tenant.Tenant]{Object: "list", Data: ts})
+}
+
+func (s *Server) createTenant(c echo.Context) error {
+	var t tenant.Tenant
+	if err := decode(c, &t); err != nil {
+		return err
+	}
+	if err := s.opts.Store.CreateTenant(c.Request().Context(), t); err != nil {
+		return err
+	}
+	got, _ := s.opts.Store.Tenant(t.ID)
+	s.opts.Logger.Info("admin: tenant created", "tenant", t.ID)
+	return c.JSON(http.StatusCreated, got)
+}
+
+func (s *Server) getTenant(c echo.Context) error {
+	t, err := s.tenant(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func (s *Server) putTenant(c echo.Context) error {
+	var t tenant.Tenant
+	if err := decode(c, &t); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if t.ID == "" {
+		t.ID = id
+	}
+	if t.ID != id {
+		return errf(http.StatusBadRequest, "invalid_field", "id", "id in body (%q) differs from path (%q)", t.ID, id)
+	}
+	if err := s.opts.Store.UpdateTenant(c.Request().Context(), t); err != nil {
+		return err
+	}
+	got, _ := s.opts.Store.Tenant(id)
+	s.opts.Logger.Info("admin: tenant updated", "tenant", id)
+	return c.JSON(http.StatusOK, got)
+}
+
+func (s *Server) deleteTenant(c echo.Context) error {
+	if err := s.opts.Store.DeleteTenant(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
+	s.opts.Logger.Info("admin: tenant deleted", "tenant", c.Param("id"))
+	return c.NoContent(http.StatusNoContent)
+}
+
+// LimitsDoc is the body of /tenants/:id/limits.
+type LimitsDoc struct {
+	Limits      tenant.Limits            `json:"limits"`
+	ModelLimits map[string]tenant.Limits `json:"model_limits,omitempty"`
+}
+
+func (s *Server) getLimits(c echo.Context) error {
+	t, err := s.tenant(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, LimitsDoc{Limits: t.Limits, ModelLimits: t.ModelLimits})
+}
+
+func (s *Server) putLimits(c echo.Context) error {
+	t, err := s.tenant(c)
+	if err != nil {
+		return err
+	}
+	var d LimitsDoc
+	if err := decode(c, &d); err != nil {
+		return err
+	}
+	t.Limits, t.ModelLimits = d.Limits, d.ModelLimits
+	if err := s.opts.Store.UpdateTenant(c.Request().Context(), *t); err != nil {
+		return err
+	}
+	got, _ := s.opts.Store.Tenant(t.ID)
+	s.opts.Logger.Info("admin: limits updated", "tenant", t.ID)
+	return c.JSON(http.StatusOK, LimitsDoc{Limits: got.Limits, ModelLimits: got.ModelLimits})
+}
+
+func (s *Server) usage(c echo.Context) error {
+	t, err := s.tenant(c)
+	if err != nil {
+		return err
+	}
+	if s.opts.Limiter == nil {
+		return errf(http.StatusNotImplemented, "usage_unavailable", "", "no limiter configured")
+	}
+	u, err := s.opts.Limiter.Usage(c.Request().Context(), t)
+	if err != nil {
+		return errf(http.StatusServiceUnavailable, "usage_unavailable", "", "usage unavailable: %v", err)
+	}
+	return c.JSON(http.StatusOK, u)
+}
+
+func (s *Server) listKeys(c echo.Context) error {
+	t, err := s.tenant(c)
+	if err != nil {
+		return err
+	}
+	keys := s.opts.Store.Keys(t.ID)
+	if keys == nil {
+		keys = []tenant.KeyInfo{}
+	}
+	return c.JSON(http.StatusOK, listResp[tenant.KeyInfo]{Object: "list", Data: keys})
+}
+
+// CreateKeyRequest is the optional body of POST /tenants/:id/keys.
+type CreateKeyRequest struct {
+	Name string `json:"name"`
+}
+
+// CreatedKey is returned once when a key is made; Key is never shown again.
+type CreatedKey struct {
+	tenant.KeyInfo
+	Key string `json:"key"`
+}
+
+func (s *Server) createKey(c echo.Context) error {
+	t, err := s.tenant(c)
+	if err != nil {
+		return err
+	}
+	var req CreateKeyRequest
+	if c.Request().ContentLength != 0 {
+		if err := decode(c, &req); err != nil {
+			return err
+		}
+	}
+	if len(req.Name) > 128 {
+		return errf(http.StatusBadRequest, "invalid_field", "name", "name: at most 128 characters")
+	}
+	raw, info, err := s.opts.Store.CreateKey(c.Request().Context(), t.ID, req.Name)
+	if err != nil {
+		return err
+	}
+	s.opts.Logger.Info("admin: api key created", "tenant", t.ID, "key_prefix", info.Prefix)
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusCreated, CreatedKey{KeyInfo: info, Key: raw})
+}
+
+func (s *Server) deleteKey(c echo.Context) error {
+	t, err := s.tenant(c)
+	if err != nil {
+		return err
+	}
+	if err := s.opts.Store.DeleteKey(c.Request().Context(), t.ID, c.Param("key")); err != nil {
+		if errors.Is(err, tenant.ErrNotFound) {
+			return errf(http.StatusNotFound, "key_not_found", "key", "key %q not found", c.Param("key"))
+		}
+		return err
+	}
+	s.opts.Logger.Info("admin: api key deleted", "tenant", t.ID, "key_id", c.Param("key"))
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) listOverrides(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{"overrides": s.opts.Store.Overrides()})
+}
+
+func (s *Server) getOverride(c echo.Context) error {
+	o, ok := s.opts.Store.Overrides()[c.Param("name")]
+	if !ok {
+		return errf(http.StatusNotFound, "override_not_found", "name", "no override for cluster %q", c.Param("name"))
+	}
+	return c.JSON(http.StatusOK, o)
+}
+
+func (s *Server) putOverride(c echo.Context) error {
+	var o tenant.ClusterOverride
+	if err := decode(c, &o); err != nil {
+		return err
+	}
+	if err := s.opts.Store.SetOverride(c.Request().Context(), c.Param("name"), o); err != nil {
+		return err
+	}
+	s.opts.Logger.Info("admin: cluster override set", "cluster", c.Param("name"), "drain", o.Drain)
+	return c.JSON(http.StatusOK, o)
+}
+
+func (s *Server) deleteOverride(c echo.Context) error {
+	if err := s.opts.Store.DeleteOverride(c.Request().Context(), c.Param("name")); err != nil {
+		if errors.Is(err, tenant.ErrNotFound) {
+			return errf(http.StatusNotFound, "override_not_found", "name", "no override for cluster %q", c.Param("name"))
+		}
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) breakers(c echo.Context) error {
+	out := []BreakerState{}
+	if s.opts.Breakers != nil {
+		if b := s.opts.Breakers.Breakers(); b != nil {
+			out = b
+		}
+	}
+	return c.JSON(http.StatusOK, listResp[BreakerState]{Object: "list", Data: out})
+}

@@ -1,0 +1,696 @@
+// Package ratelimit enforces Tier 2's per-tenant limits — requests and
+// tokens per minute, concurrent requests and a day/month token budget —
+// exactly across every replica that shares one Redis.
+//
+// Each replica leases small slices of a tenant's limits from Redis (one Lua
+// script call per lease, covering every limit of the tenant at once) and
+// admits requests from its local slice, so most admissions never touch
+// Redis. A lease is counted in Redis the moment it is granted and may only
+// be used for LeaseTTL; windows count every grant for at least one minute
+// plus LeaseTTL, which is what keeps the total across replicas at or under
+// the limit (see docs/tier2-limits.md for the bound).
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/infergate/infergate/tier2/tenant"
+)
+
+// Options configure a Limiter.
+type Options struct {
+	// Redis shares limits between replicas (single node or cluster through
+	// redis.NewUniversalClient; RedisConfig.Client builds one with TLS and
+	// AUTH). Nil keeps limits in memory: right for one replica only, since
+	// N replicas would each allow the whole limit.
+	Redis redis.UniversalClient
+	// KeyPrefix starts every key. Default "infergate:rl:".
+	KeyPrefix string
+	// Replicas is the number of Tier 2 replicas; while Redis is unreachable
+	// each replica enforces limit ÷ Replicas locally. Default 1.
+	Replicas int
+	// FailClosed rejects requests while Redis is unreachable. The default
+	// (false) fails open to the local limits.
+	FailClosed bool
+	// Timeout bounds every Redis call on the request path. Default 50ms.
+	Timeout time.Duration
+	// SyncInterval is how often the background loop returns expired
+	// leases, flushes refunds, renews concurrency holdings and refills
+	// leases. Default 250ms.
+	SyncInterval time.Duration
+	// FlushInterval is how often refunds (unused leases, tokens estimated
+	// but not used) and charges go back to Redis when no other call
+	// carries them. Default 1s.
+	FlushInterval time.Duration
+	// LeaseTTL is how long a leased slice may be used; it lengthens the
+	// counting window (see package doc). Default 2s.
+	LeaseTTL time.Duration
+	// MaxLeaseFraction caps one replica's lease at this fraction of a
+	// limit divided by Replicas. Default 0.5.
+	MaxLeaseFraction float64
+	// SlotTTL is how long a replica's concurrency holdings survive without
+	// renewal, so a crashed replica's slots come back. Default 5s.
+	SlotTTL time.Duration
+	// Backoff is the first wait before probing Redis again after a failure;
+	// it doubles up to MaxBackoff. Defaults 500ms and 5s.
+	Backoff, MaxBackoff time.Duration
+	// ReplicaID names this replica's concurrency holdings. Default random.
+	ReplicaID string
+	Logger    *slog.Logger
+
+	window, bucket time.Duration // tests only
+	idleAfter      time.Duration // forget a tenant's local state; default 5m
+}
+
+func (o *Options) setDefaults() {
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "infergate:rl:"
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = 250 * time.Millisecond
+	}
+	if o.idleAfter <= 0 {
+		o.idleAfter = 5 * time.Minute
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 2 * time.Second
+	}
+	if o.MaxLeaseFraction <= 0 || o.MaxLeaseFraction > 1 {
+		o.MaxLeaseFraction = 0.5
+	}
+	if o.SlotTTL <= 0 {
+		o.SlotTTL = 5 * time.Second
+	}
+	if o.SlotTTL < 3*o.SyncInterval {
+		o.SlotTTL = 3 * o.SyncInterval
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = 500 * time.Millisecond
+	}
+	if o.MaxBackoff < o.Backoff {
+		o.MaxBackoff = max(5*time.Second, o.Backoff)
+	}
+	if o.ReplicaID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		o.ReplicaID = hex.EncodeToString(b[:])
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Window geometry, fixed so every replica agrees on bucket boundaries
+// whatever its other options: 2s buckets, counted for window + LeaseTTL.
+// Tests shrink both through Options' unexported fields.
+const (
+	window      = time.Minute
+	bucketWidth = 2 * time.Second
+)
+
+func (l *Limiter) win() time.Duration {
+	if l.opts.window > 0 {
+		return l.opts.window
+	}
+	return window
+}
+
+// geometry returns the bucket width in ms and how many buckets a window
+// sums: enough that every grant is counted for at least window + LeaseTTL.
+func (l *Limiter) geometry() (w, n int64) {
+	win, bw := l.win(), l.opts.bucket
+	if bw <= 0 {
+		bw = bucketWidth
+	}
+	return bw.Milliseconds(), int64(math.Ceil(float64(win+l.opts.LeaseTTL)/float64(bw))) + 1
+}
+
+// Decision reasons.
+const (
+	ReasonRPM         = "rpm"
+	ReasonTPM         = "tpm"
+	ReasonConcurrency = "concurrency"
+	ReasonBudget      = "budget"
+	ReasonUnavailable = "unavailable" // fail-closed while Redis is down
+)
+
+// ErrUnavailable is returned (wrapped) when Redis is unreachable and the
+// limiter fails closed.
+var ErrUnavailable = errors.New("ratelimit: limits store unavailable")
+
+// Window describes one limit for response headers. Limit 0 = not limited.
+type Window struct {
+	Limit, Remaining int64
+	Reset            time.Duration
+}
+
+// Decision is the outcome of Admit.
+type Decision struct {
+	Allowed bool
+	// Reason names the limit that rejected the request (empty if allowed).
+	Reason string
+	// Model is set when the rejecting limit is a per-model one.
+	Model string
+	// Limit, Remaining and Reset describe the rejecting limit, or the
+	// tightest one when allowed.
+	Limit, Remaining int64
+	RetryAfter       time.Duration
+	Reset            time.Duration
+	// Requests and Tokens feed OpenAI's x-ratelimit-* headers.
+	Requests, Tokens Window
+	// Degraded is set when the decision came from local fail-open limits.
+	Degraded bool
+}
+
+// SetHeaders writes Retry-After (when rejected) and OpenAI's
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens} headers.
+func (d Decision) SetHeaders(h http.Header) {
+	if !d.Allowed && d.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
+		h.Set("retry-after-ms", strconv.FormatInt(d.RetryAfter.Milliseconds(), 10))
+	}
+	set := func(kind string, w Window) {
+		if w.Limit <= 0 {
+			return
+		}
+		h.Set("x-ratelimit-limit-"+kind, strconv.FormatInt(w.Limit, 10))
+		h.Set("x-ratelimit-remaining-"+kind, strconv.FormatInt(max(w.Remaining, 0), 10))
+		h.Set("x-ratelimit-reset-"+kind, formatReset(w.Reset))
+	}
+	set("requests", d.Requests)
+	set("tokens", d.Tokens)
+}
+
+// formatReset renders durations the way OpenAI does ("1s", "6m0s", "20ms").
+func formatReset(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if d < time.Second {
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	}
+	return d.Round(time.Second).String()
+}
+
+// Limiter admits requests against tenants' limits.
+type Limiter struct {
+	opts   Options
+	be     backend
+	shared bool // Redis-backed (the memory backend leases the same way)
+
+	mu     sync.Mutex
+	states map[string]*tenantState
+
+	down      atomic.Bool
+	downMu    sync.Mutex
+	nextProbe time.Time
+	backoff   time.Duration
+
+	closing                                    atomic.Bool
+	admits, redisCalls                         atomic.Int64
+	admitSyncs, prefetchSyncs, backgroundSyncs atomic.Int64
+	degraded, redisErrors                      atomic.Int64
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New starts a Limiter and its background sync loop; call Close to stop it.
+func New(opts Options) *Limiter {
+	opts.setDefaults()
+	l := &Limiter{opts: opts, states: map[string]*tenantState{}, done: make(chan struct{})}
+	if opts.Redis != nil {
+		l.be = redisBackend{rdb: opts.Redis}
+		l.shared = true
+	} else {
+		l.be = newMemBackend()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.loop(ctx)
+	return l
+}
+
+// Close stops the background loop after returning unused leases and
+// releasing concurrency holdings, best effort.
+func (l *Limiter) Close() error {
+	l.closing.Store(true)
+	l.cancel()
+	<-l.done
+	if !l.down.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*l.opts.Timeout)
+		defer cancel()
+		for _, st := range l.snapshotStates() {
+			st.mu.Lock()
+			for _, r := range st.res {
+				r.expireAll()
+			}
+			st.mu.Unlock()
+			_, _ = l.sync(ctx, st, nil, false, &l.backgroundSyncs)
+		}
+	}
+	return nil
+}
+
+// Stats counts admissions and Redis script calls made by this limiter.
+// RedisCalls = AdmitSyncs (an admission waited) + PrefetchSyncs (an
+// admission started a refill) + BackgroundSyncs (expiry, refunds,
+// heartbeats), counting only calls that reached the backend.
+type Stats struct {
+	Admits, RedisCalls                         int64
+	AdmitSyncs, PrefetchSyncs, BackgroundSyncs int64
+	// Degraded counts admissions decided by the local fail-open limits;
+	// RedisErrors counts failed or timed-out calls.
+	Degraded, RedisErrors int64
+	RedisDown             bool
+}
+
+// Stats returns counters since New.
+func (l *Limiter) Stats() Stats {
+	return Stats{
+		Admits: l.admits.Load(), RedisCalls: l.redisCalls.Load(), RedisDown: l.down.Load(),
+		AdmitSyncs: l.admitSyncs.Load(), PrefetchSyncs: l.prefetchSyncs.Load(), BackgroundSyncs: l.backgroundSyncs.Load(),
+		Degraded: l.degraded.Load(), RedisErrors: l.redisErrors.Load(),
+	}
+}
+
+// kind of a limited resource.
+type kind uint8
+
+const (
+	kRPM kind = iota
+	kTPM
+	kConc
+	kBudget
+)
+
+func (k kind) reason() string {
+	return [...]string{ReasonRPM, ReasonTPM, ReasonConcurrency, ReasonBudget}[k]
+}
+
+// need is one resource a request draws on.
+type need struct {
+	k     kind
+	scope string // "" for tenant-wide, else the model
+	limit int64
+	n     int64
+	per   string // budget period
+}
+
+func needsFor(t *tenant.Tenant, model string, est int64) []need {
+	var out []need
+	add := func(scope string, lim tenant.Limits) {
+		if lim.Concurrent > 0 {
+			out = append(out, need{k: kConc, scope: scope, limit: int64(lim.Concurrent), n: 1})
+		}
+		if lim.RPM > 0 {
+			out = append(out, need{k: kRPM, scope: scope, limit: int64(lim.RPM), n: 1})
+		}
+		if lim.TPM > 0 {
+			out = append(out, need{k: kTPM, scope: scope, limit: int64(lim.TPM), n: est})
+		}
+		if lim.TokenBudget > 0 {
+			p := lim.BudgetPeriod
+			if p == "" {
+				p = tenant.PeriodMonth
+			}
+			out = append(out, need{k: kBudget, scope: scope, limit: lim.TokenBudget, n: est, per: p})
+		}
+	}
+	add("", t.Limits)
+	if ml, ok := t.ModelLimits[model]; ok && model != "" {
+		add(model, ml)
+	}
+	return out
+}
+
+// Admit decides whether t may send a request for model that is expected to
+// use estTokens tokens (prompt plus max output). When allowed, the returned
+// Reservation must be finished exactly once with the real token count. The
+// error is non-nil only when the limiter could not decide (fail-closed with
+// Redis down, or ctx ended); the Decision is then a rejection.
+func (l *Limiter) Admit(ctx context.Context, t *tenant.Tenant, model string, estTokens int) (*Reservation, Decision, error) {
+	if t == nil {
+		return nil, Decision{}, errors.New("ratelimit: nil tenant")
+	}
+	l.admits.Add(1)
+	est := int64(max(estTokens, 0))
+	needs := needsFor(t, model, est)
+	if len(needs) == 0 {
+		return &Reservation{}, Decision{Allowed: true}, nil
+	}
+	st := l.state(t.ID)
+	now := time.Now()
+	st.mu.Lock()
+	for st.evicted {
+		// The loop dropped this idle state between lookup and lock.
+		st.mu.Unlock()
+		st = l.state(t.ID)
+		st.mu.Lock()
+	}
+	rs := st.resolve(l, needs, now)
+	if st.fits(rs, now) {
+		res, d := st.consume(l, rs, now)
+		prefetch := st.wantsRefill(l, now)
+		st.mu.Unlock()
+		if prefetch {
+			l.prefetch(st)
+		}
+		return res, d, nil
+	}
+	if d, ok := st.cachedDenial(rs, now); ok {
+		st.mu.Unlock()
+		return nil, d, nil
+	}
+	st.mu.Unlock()
+
+	if l.down.Load() {
+		return l.fallback(st, rs)
+	}
+	st.fetchMu.Lock()
+	defer st.fetchMu.Unlock()
+	// Admissions on the local fast path do not wait for fetchMu, so a
+	// fresh grant can be spent by them before we use it: try a few times.
+	for attempt := 0; ; attempt++ {
+		now = time.Now()
+		st.mu.Lock()
+		if st.fits(rs, now) {
+			res, d := st.consume(l, rs, now)
+			st.mu.Unlock()
+			return res, d, nil
+		}
+		if d, ok := st.cachedDenial(rs, now); ok {
+			st.mu.Unlock()
+			return nil, d, nil
+		}
+		if attempt == 3 {
+			// Still short after three grants: reject, naming the limit.
+			d := st.decision(rs, now)
+			if r := st.short(rs, now); r != nil {
+				d.Reason, d.Model, d.Limit, d.Remaining = r.k.reason(), r.scope, r.limit, 0
+			}
+			d.RetryAfter = l.opts.SyncInterval
+			st.mu.Unlock()
+			return nil, d, nil
+		}
+		st.mu.Unlock()
+		if l.down.Load() {
+			return l.fallback(st, rs)
+		}
+		denied, err := l.sync(ctx, st, rs, false, &l.admitSyncs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, Decision{Reason: ReasonUnavailable}, fmt.Errorf("ratelimit: %w", ctx.Err())
+			}
+			return l.fallback(st, rs)
+		}
+		if denied != nil {
+			now = time.Now()
+			st.mu.Lock()
+			d := st.decision(rs, now)
+			d.Reason, d.Model, d.Limit, d.Remaining = denied.k.reason(), denied.scope, denied.limit, 0
+			d.RetryAfter = max(denied.retryAt.Sub(now), 0)
+			st.mu.Unlock()
+			return nil, d, nil
+		}
+	}
+}
+
+// sync runs one script call for st: the needs in rs (nil for background
+// work), plus every pending refund, debt, expiry and heartbeat.
+func (l *Limiter) sync(ctx context.Context, st *tenantState, rs []item, refill bool, counter *atomic.Int64) (*resource, error) {
+	st.mu.Lock()
+	now := time.Now()
+	keys, ops := st.buildOps(l, rs, now, refill)
+	st.mu.Unlock()
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	cctx := ctx
+	if l.shared {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
+		defer cancel()
+		l.redisCalls.Add(1)
+		counter.Add(1)
+	}
+	sent := time.Now()
+	results, err := l.be.run(cctx, keys, ops, l.opts.ReplicaID)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.lastSync = time.Now()
+	if err != nil {
+		l.redisErrors.Add(1)
+		st.restore(ops)
+		if ctx.Err() == nil {
+			l.markDown(err)
+		}
+		return nil, err
+	}
+	return st.apply(l, ops, results, sent, time.Now()), nil
+}
+
+func (l *Limiter) prefetch(st *tenantState) {
+	if !st.prefetching.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer st.prefetching.Store(false)
+		if l.down.Load() || l.closing.Load() {
+			return
+		}
+		st.fetchMu.Lock()
+		defer st.fetchMu.Unlock()
+		_, _ = l.sync(context.Background(), st, nil, true, &l.prefetchSyncs)
+	}()
+}
+
+func (l *Limiter) markDown(err error) {
+	l.downMu.Lock()
+	defer l.downMu.Unlock()
+	if l.down.Load() {
+		return
+	}
+	l.backoff = l.opts.Backoff
+	l.nextProbe = time.Now().Add(l.backoff)
+	l.down.Store(true)
+	mode := "open"
+	if l.opts.FailClosed {
+		mode = "closed"
+	}
+	l.opts.Logger.Warn("ratelimit: redis unreachable; using local limits", "fail", mode, "err", err, "retry_in", l.backoff)
+}
+
+// probe is called by the loop while down: one PING, no request waits on it.
+func (l *Limiter) probe(ctx context.Context) {
+	l.downMu.Lock()
+	if time.Now().Before(l.nextProbe) {
+		l.downMu.Unlock()
+		return
+	}
+	l.downMu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, max(l.opts.Timeout, 100*time.Millisecond))
+	_, err := withDeadline(cctx, func() (string, error) { return l.opts.Redis.Ping(cctx).Result() })
+	cancel()
+	l.downMu.Lock()
+	defer l.downMu.Unlock()
+	if err != nil {
+		l.backoff = min(2*l.backoff, l.opts.MaxBackoff)
+		l.nextProbe = time.Now().Add(l.backoff)
+		return
+	}
+	l.opts.Logger.Info("ratelimit: redis reachable again")
+	l.down.Store(false)
+}
+
+func (l *Limiter) loop(ctx context.Context) {
+	defer close(l.done)
+	tick := time.NewTicker(l.opts.SyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if l.down.Load() {
+			l.probe(ctx)
+			continue
+		}
+		now := time.Now()
+		for _, st := range l.snapshotStates() {
+			st.mu.Lock()
+			due := st.backgroundDue(l, now)
+			idle := st.idle(now, l.opts.idleAfter)
+			st.mu.Unlock()
+			if idle {
+				l.mu.Lock()
+				// Re-check under both locks so a new admission is not lost.
+				st.mu.Lock()
+				if st.idle(now, l.opts.idleAfter) {
+					delete(l.states, st.id)
+					st.evicted = true
+				}
+				st.mu.Unlock()
+				l.mu.Unlock()
+				continue
+			}
+			if !due {
+				continue
+			}
+			if !st.fetchMu.TryLock() {
+				continue // an admission is syncing this tenant right now
+			}
+			_, _ = l.sync(ctx, st, nil, true, &l.backgroundSyncs)
+			st.fetchMu.Unlock()
+			if l.down.Load() {
+				break
+			}
+		}
+	}
+}
+
+func (l *Limiter) snapshotStates() []*tenantState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*tenantState, 0, len(l.states))
+	for _, st := range l.states {
+		out = append(out, st)
+	}
+	return out
+}
+
+func (l *Limiter) state(id string) *tenantState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.states[id]
+	if st == nil {
+		st = &tenantState{id: id, res: map[resKey]*resource{}}
+		l.states[id] = st
+	}
+	return st
+}
+
+// fallback admits against per-replica local limits (limit ÷ Replicas)
+// while Redis is unreachable, or rejects when failing closed.
+func (l *Limiter) fallback(st *tenantState, rs []item) (*Reservation, Decision, error) {
+	if l.opts.FailClosed {
+		return nil, Decision{Reason: ReasonUnavailable, RetryAfter: l.opts.Backoff}, ErrUnavailable
+	}
+	now := time.Now()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := float64(l.opts.Replicas)
+	var reserved []*rate.Reservation
+	cancel := func() {
+		for _, r := range reserved {
+			r.CancelAt(now)
+		}
+	}
+	for _, it := range rs {
+		r := it.r
+		share := max(1, int64(math.Ceil(float64(r.limit)/n)))
+		var ok bool
+		switch r.k {
+		case kRPM, kTPM:
+			lim := r.localLimiter(share, l.win())
+			amount := int(min(it.n, share))
+			res := lim.ReserveN(now, amount)
+			ok = res.OK() && res.DelayFrom(now) == 0
+			if res.OK() && !ok {
+				res.CancelAt(now)
+			}
+			if ok {
+				reserved = append(reserved, res)
+			}
+		case kConc:
+			ok = r.inUse < share
+		case kBudget:
+			ok = r.lastRemaining < 0 || r.outageSpent+it.n <= r.lastRemaining/int64(l.opts.Replicas)
+		}
+		if !ok {
+			cancel()
+			d := Decision{Reason: r.k.reason(), Model: r.scope, Limit: r.limit, RetryAfter: time.Second, Degraded: true}
+			return nil, d, nil
+		}
+	}
+	res := &Reservation{l: l, st: st, local: true}
+	for _, it := range rs {
+		r := it.r
+		p := part{r: r, n: it.n}
+		switch r.k {
+		case kConc:
+			r.inUse++
+		case kBudget:
+			r.outageSpent += it.n
+		}
+		res.parts = append(res.parts, p)
+	}
+	d := st.decision(rs, now)
+	d.Allowed, d.Degraded = true, true
+	l.degraded.Add(1)
+	return res, d, nil
+}
+
+// Reservation is an admitted request's hold on its tenant's limits.
+type Reservation struct {
+	l     *Limiter
+	st    *tenantState
+	parts []part
+	local bool // admitted by fail-open local limits
+	done  atomic.Bool
+}
+
+type part struct {
+	r    *resource
+	n    int64
+	uses []chunkUse
+}
+
+type chunkUse struct {
+	bucket int64
+	period string
+	n      int64
+}
+
+// Finish reconciles the estimate with actualTokens — refunding or charging
+// the difference against TPM and the budget — and frees the concurrency
+// slot. Later calls do nothing; a nil Reservation is fine. It never waits
+// for Redis: refunds travel with the next sync.
+func (r *Reservation) Finish(ctx context.Context, actualTokens int) {
+	if r == nil || r.st == nil || !r.done.CompareAndSwap(false, true) {
+		return
+	}
+	actual := int64(max(actualTokens, 0))
+	st := r.st
+	now := time.Now()
+	st.mu.Lock()
+	st.lastUse = now
+	for _, p := range r.parts {
+		st.finishPart(r.l, p, actual, r.local, now)
+	}
+	st.mu.Unlock()
+}

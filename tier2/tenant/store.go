@@ -1,0 +1,516 @@
+package tenant
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Redis shares tenants between replicas. Nil keeps them in memory,
+	// which is only right for a single replica.
+	Redis redis.UniversalClient
+	// KeyPrefix starts every Redis key and channel. Default "infergate:".
+	KeyPrefix string
+	// ReloadInterval is how often a replica checks Redis for changes it may
+	// have missed on pub/sub. Default 500ms, so a change is seen within 1s
+	// even if the invalidation message is lost.
+	ReloadInterval time.Duration
+	// Timeout bounds each Redis call made by the store. Default 2s.
+	Timeout time.Duration
+	// Seed tenants are created at New when absent (e.g. from the config file).
+	Seed []Tenant
+	// SeedKeys are API keys created at New when absent.
+	SeedKeys []SeedKey
+	Logger   *slog.Logger
+}
+
+// SeedKey is an API key given in configuration. Either Key (the raw key,
+// hashed before it is stored) or SHA256 (hex of the key's SHA-256) is set.
+type SeedKey struct {
+	TenantID string `yaml:"tenant"`
+	Name     string `yaml:"name"`
+	Key      string `yaml:"key"`
+	SHA256   string `yaml:"sha256"`
+}
+
+func (o *Options) setDefaults() {
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "infergate:"
+	}
+	if o.ReloadInterval <= 0 {
+		o.ReloadInterval = 500 * time.Millisecond
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// keyRecord is what is stored for an API key: never the key itself.
+type keyRecord struct {
+	KeyInfo
+	Hash string `json:"sha256"` // hex SHA-256 of the full key
+}
+
+// snapshot is an immutable view of everything the request path reads.
+type snapshot struct {
+	version   int64
+	tenants   map[string]*Tenant
+	keys      map[string]keyRecord // by key ID
+	overrides map[string]ClusterOverride
+}
+
+func emptySnapshot() *snapshot {
+	return &snapshot{tenants: map[string]*Tenant{}, keys: map[string]keyRecord{}, overrides: map[string]ClusterOverride{}}
+}
+
+// backend persists tenants. Reads on the request path use the snapshot only.
+type backend interface {
+	load(ctx context.Context) (*snapshot, error)
+	version(ctx context.Context) (int64, error)
+	putTenant(ctx context.Context, t *Tenant, create bool) error
+	deleteTenant(ctx context.Context, id string) error
+	putKey(ctx context.Context, rec keyRecord, onlyIfAbsent bool) error
+	deleteKey(ctx context.Context, tenantID, keyID string) error
+	putOverride(ctx context.Context, name string, o ClusterOverride) error
+	deleteOverride(ctx context.Context, name string) error
+	// watch delivers a value whenever another replica changed something; it
+	// returns when ctx ends.
+	watch(ctx context.Context, changed chan<- struct{})
+}
+
+// Store holds tenants, keys and overrides, cached locally.
+type Store struct {
+	opts   Options
+	be     backend
+	snap   atomic.Pointer[snapshot]
+	reload sync.Mutex // serializes loads so an older load never replaces a newer one
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New opens a Store, loads it, applies the seed, and (with Redis) starts
+// watching for changes made by other replicas. Call Close when done.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	opts.setDefaults()
+	s := &Store{opts: opts, done: make(chan struct{})}
+	if opts.Redis != nil {
+		s.be = newRedisBackend(opts)
+	} else {
+		s.be = newMemBackend()
+	}
+	s.snap.Store(emptySnapshot())
+	if err := s.Reload(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.seed(ctx); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.run(wctx)
+	return s, nil
+}
+
+// Close stops watching Redis.
+func (s *Store) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+func (s *Store) seed(ctx context.Context) error {
+	for _, t := range s.opts.Seed {
+		t := *t.Clone()
+		t.Normalize()
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("seed tenant %q: %w", t.ID, err)
+		}
+		if _, ok := s.Tenant(t.ID); ok {
+			continue
+		}
+		if err := s.CreateTenant(ctx, t); err != nil && !errors.Is(err, ErrExists) {
+			return fmt.Errorf("seed tenant %q: %w", t.ID, err)
+		}
+	}
+	for i, k := range s.opts.SeedKeys {
+		sum := k.SHA256
+		if k.Key != "" {
+			h := sha256.Sum256([]byte(k.Key))
+			sum = hex.EncodeToString(h[:])
+		}
+		if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size {
+			return fmt.Errorf("seed key %d: need key or a hex sha256", i)
+		}
+		if _, ok := s.Tenant(k.TenantID); !ok {
+			return fmt.Errorf("seed key %d: tenant %q: %w", i, k.TenantID, ErrNotFound)
+		}
+		// Seeded keys are identified by their hash, so restarts and other
+		// replicas seed the same record instead of duplicates.
+		id := "seed" + sum[:8]
+		rec := keyRecord{KeyInfo: KeyInfo{ID: id, TenantID: k.TenantID, Name: k.Name, Prefix: "seed:" + sum[:8], Created: time.Now().UTC()}, Hash: sum}
+		if err := s.be.putKey(ctx, rec, true); err != nil {
+			return fmt.Errorf("seed key %d: %w", i, err)
+		}
+	}
+	return s.Reload(ctx)
+}
+
+func (s *Store) run(ctx context.Context) {
+	defer close(s.done)
+	changed := make(chan struct{}, 1)
+	go s.be.watch(ctx, changed)
+	tick := time.NewTicker(s.opts.ReloadInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			s.reloadLogged(ctx, true)
+		case <-tick.C:
+			s.reloadLogged(ctx, false)
+		}
+	}
+}
+
+func (s *Store) reloadLogged(ctx context.Context, force bool) {
+	if !force {
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		v, err := s.be.version(cctx)
+		cancel()
+		if err != nil {
+			s.opts.Logger.Warn("tenant store: version check failed; keeping cached tenants", "err", err)
+			return
+		}
+		if v == s.snap.Load().version {
+			return
+		}
+	}
+	if err := s.Reload(ctx); err != nil && ctx.Err() == nil {
+		s.opts.Logger.Warn("tenant store: reload failed; keeping cached tenants", "err", err)
+	}
+}
+
+// Reload replaces the local cache with the backend's state now.
+func (s *Store) Reload(ctx context.Context) error {
+	s.reload.Lock()
+	defer s.reload.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	snap, err := s.be.load(cctx)
+	if err != nil {
+		return fmt.Errorf("tenant store: load: %w", err)
+	}
+	s.snap.Store(snap)
+	return nil
+}
+
+// Version is the change counter of the cached state; it grows on every write.
+func (s *Store) Version() int64 { return s.snap.Load().version }
+
+// Tenant returns a copy of the cached tenant.
+func (s *Store) Tenant(id string) (*Tenant, bool) {
+	t, ok := s.snap.Load().tenants[id]
+	if !ok {
+		return nil, false
+	}
+	return t.Clone(), true
+}
+
+// Tenants returns copies of all cached tenants sorted by ID.
+func (s *Store) Tenants() []*Tenant {
+	snap := s.snap.Load()
+	out := make([]*Tenant, 0, len(snap.tenants))
+	for _, t := range snap.tenants {
+		out = append(out, t.Clone())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Overrides returns a copy of the cluster overrides by cluster name.
+func (s *Store) Overrides() map[string]ClusterOverride {
+	snap := s.snap.Load()
+	out := make(map[string]ClusterOverride, len(snap.overrides))
+	for k, v := range snap.overrides {
+		out[k] = v
+	}
+	return out
+}
+
+// CreateTenant adds a tenant; ErrExists if the ID is taken.
+func (s *Store) CreateTenant(ctx context.Context, t Tenant) error {
+	return s.putTenant(ctx, t, true)
+}
+
+// UpdateTenant replaces a tenant; ErrNotFound if absent.
+func (s *Store) UpdateTenant(ctx context.Context, t Tenant) error {
+	return s.putTenant(ctx, t, false)
+}
+
+func (s *Store) putTenant(ctx context.Context, t Tenant, create bool) error {
+	tt := t.Clone()
+	tt.Normalize()
+	if err := tt.Validate(); err != nil {
+		return err
+	}
+	if err := s.be.putTenant(ctx, tt, create); err != nil {
+		return err
+	}
+	return s.Reload(ctx)
+}
+
+// DeleteTenant removes a tenant and its API keys.
+func (s *Store) DeleteTenant(ctx context.Context, id string) error {
+	if err := s.be.deleteTenant(ctx, id); err != nil {
+		return err
+	}
+	return s.Reload(ctx)
+}
+
+const keyPrefix = "ig-"
+
+// CreateKey makes a new API key for a tenant. The raw key is returned once;
+// only its SHA-256 is stored.
+func (s *Store) CreateKey(ctx context.Context, tenantID, name string) (string, KeyInfo, error) {
+	if _, ok := s.Tenant(tenantID); !ok {
+		if err := s.Reload(ctx); err != nil {
+			return "", KeyInfo{}, err
+		}
+		if _, ok := s.Tenant(tenantID); !ok {
+			return "", KeyInfo{}, ErrNotFound
+		}
+	}
+	var idb [6]byte
+	var secret [32]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return "", KeyInfo{}, fmt.Errorf("tenant: random key id: %w", err)
+	}
+	if _, err := rand.Read(secret[:]); err != nil {
+		return "", KeyInfo{}, fmt.Errorf("tenant: random key: %w", err)
+	}
+	id := hex.EncodeToString(idb[:])
+	raw := keyPrefix + id + "-" + base64.RawURLEncoding.EncodeToString(secret[:])
+	sum := sha256.Sum256([]byte(raw))
+	rec := keyRecord{
+		KeyInfo: KeyInfo{ID: id, TenantID: tenantID, Name: name, Prefix: keyPrefix + id, Created: time.Now().UTC().Truncate(time.Second)},
+		Hash:    hex.EncodeToString(sum[:]),
+	}
+	if err := s.be.putKey(ctx, rec, false); err != nil {
+		return "", KeyInfo{}, err
+	}
+	if err := s.Reload(ctx); err != nil {
+		return "", KeyInfo{}, err
+	}
+	return raw, rec.KeyInfo, nil
+}
+
+// Keys lists a tenant's keys (prefixes only) from the cache.
+func (s *Store) Keys(tenantID string) []KeyInfo {
+	var out []KeyInfo
+	for _, k := range s.snap.Load().keys {
+		if k.TenantID == tenantID {
+			out = append(out, k.KeyInfo)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// DeleteKey revokes one key of a tenant.
+func (s *Store) DeleteKey(ctx context.Context, tenantID, keyID string) error {
+	if err := s.be.deleteKey(ctx, tenantID, keyID); err != nil {
+		return err
+	}
+	return s.Reload(ctx)
+}
+
+// SetOverride sets the override for one cluster.
+func (s *Store) SetOverride(ctx context.Context, cluster string, o ClusterOverride) error {
+	if !ValidID(cluster) {
+		return &FieldError{"name", "must match " + idRE.String()}
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := s.be.putOverride(ctx, cluster, o); err != nil {
+		return err
+	}
+	return s.Reload(ctx)
+}
+
+// DeleteOverride removes the override for one cluster.
+func (s *Store) DeleteOverride(ctx context.Context, cluster string) error {
+	if err := s.be.deleteOverride(ctx, cluster); err != nil {
+		return err
+	}
+	return s.Reload(ctx)
+}
+
+// LookupKey finds the tenant owning a raw API key, from the cache only.
+// The hash comparison is constant-time.
+func (s *Store) LookupKey(raw string) (*Tenant, error) {
+	id, ok := parseKeyID(raw)
+	snap := s.snap.Load()
+	sum := sha256.Sum256([]byte(raw))
+	var rec keyRecord
+	if ok {
+		rec, ok = snap.keys[id]
+	}
+	if !ok {
+		// Seeded keys have no ID inside the key itself.
+		rec, ok = snap.keys["seed"+hex.EncodeToString(sum[:4])]
+	}
+	if !ok {
+		return nil, ErrUnauthenticated
+	}
+	want, err := hex.DecodeString(rec.Hash)
+	if err != nil || subtle.ConstantTimeCompare(sum[:], want) != 1 {
+		return nil, ErrUnauthenticated
+	}
+	t, ok := snap.tenants[rec.TenantID]
+	if !ok {
+		return nil, ErrUnauthenticated
+	}
+	if t.Disabled {
+		return nil, ErrDisabled
+	}
+	return t.Clone(), nil
+}
+
+func parseKeyID(raw string) (string, bool) {
+	rest, ok := strings.CutPrefix(raw, keyPrefix)
+	if !ok {
+		return "", false
+	}
+	id, _, ok := strings.Cut(rest, "-")
+	return id, ok && len(id) == 12
+}
+
+// memBackend keeps state in process.
+type memBackend struct {
+	mu   sync.Mutex
+	snap *snapshot
+}
+
+func newMemBackend() *memBackend { return &memBackend{snap: emptySnapshot()} }
+
+func (m *memBackend) load(context.Context) (*snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return cloneSnapshot(m.snap), nil
+}
+
+func (m *memBackend) version(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap.version, nil
+}
+
+func cloneSnapshot(s *snapshot) *snapshot {
+	c := &snapshot{version: s.version, tenants: make(map[string]*Tenant, len(s.tenants)), keys: make(map[string]keyRecord, len(s.keys)), overrides: make(map[string]ClusterOverride, len(s.overrides))}
+	for k, v := range s.tenants {
+		c.tenants[k] = v.Clone()
+	}
+	for k, v := range s.keys {
+		c.keys[k] = v
+	}
+	for k, v := range s.overrides {
+		c.overrides[k] = v
+	}
+	return c
+}
+
+func (m *memBackend) putTenant(_ context.Context, t *Tenant, create bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, exists := m.snap.tenants[t.ID]
+	if create && exists {
+		return ErrExists
+	}
+	if !create && !exists {
+		return ErrNotFound
+	}
+	m.snap.tenants[t.ID] = t.Clone()
+	m.snap.version++
+	return nil
+}
+
+func (m *memBackend) deleteTenant(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.snap.tenants[id]; !ok {
+		return ErrNotFound
+	}
+	delete(m.snap.tenants, id)
+	for k, r := range m.snap.keys {
+		if r.TenantID == id {
+			delete(m.snap.keys, k)
+		}
+	}
+	m.snap.version++
+	return nil
+}
+
+func (m *memBackend) putKey(_ context.Context, rec keyRecord, onlyIfAbsent bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.snap.keys[rec.ID]; ok && onlyIfAbsent {
+		return nil
+	}
+	m.snap.keys[rec.ID] = rec
+	m.snap.version++
+	return nil
+}
+
+func (m *memBackend) deleteKey(_ context.Context, tenantID, keyID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.snap.keys[keyID]
+	if !ok || r.TenantID != tenantID {
+		return ErrNotFound
+	}
+	delete(m.snap.keys, keyID)
+	m.snap.version++
+	return nil
+}
+
+func (m *memBackend) putOverride(_ context.Context, name string, o ClusterOverride) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap.overrides[name] = o
+	m.snap.version++
+	return nil
+}
+
+func (m *memBackend) deleteOverride(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.snap.overrides[name]; !ok {
+		return ErrNotFound
+	}
+	delete(m.snap.overrides, name)
+	m.snap.version++
+	return nil
+}
+
+func (m *memBackend) watch(ctx context.Context, _ chan<- struct{}) { <-ctx.Done() }
