@@ -1,0 +1,182 @@
+package testservice
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Consul is a real single-node Consul agent in dev mode (in-memory state,
+// server and client in one process) listening only on 127.0.0.1. Its ports
+// stay the same across Stop and Start, so clients built from Addr keep
+// working after a restart; dev mode keeps no state across restarts.
+type Consul struct {
+	t       testing.TB
+	bin     string
+	logPath string
+	ports   consulPorts
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+type consulPorts struct {
+	http, dns, serfLAN, serfWAN, server, grpc int
+}
+
+// StartConsul starts a Consul agent (`consul agent -dev`) on free loopback
+// ports and waits until it has elected itself leader. The binary comes from
+// INFERGATE_CONSUL, the tools cache or PATH (see Binary); the agent is
+// stopped at test cleanup.
+func StartConsul(t testing.TB) *Consul {
+	t.Helper()
+	c := &Consul{
+		t:       t,
+		bin:     Binary(t, "INFERGATE_CONSUL", "consul"),
+		logPath: filepath.Join(t.TempDir(), "consul.log"),
+		ports: consulPorts{
+			http: FreePort(t), dns: FreePort(t), serfLAN: FreePort(t),
+			serfWAN: FreePort(t), server: FreePort(t), grpc: FreePort(t),
+		},
+	}
+	t.Cleanup(c.Stop)
+	c.Start()
+	return c
+}
+
+// Addr is the agent's HTTP API address, host:port (what api.Config.Address
+// takes).
+func (c *Consul) Addr() string {
+	return "127.0.0.1:" + strconv.Itoa(c.ports.http)
+}
+
+// Start starts the agent on the same ports as before and waits for a leader.
+// It is a no-op when the agent is running.
+func (c *Consul) Start() {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil {
+		return
+	}
+	p := c.ports
+	args := []string{
+		"agent", "-dev",
+		"-node", "infergate-test",
+		"-bind", "127.0.0.1", "-client", "127.0.0.1",
+		"-http-port", strconv.Itoa(p.http),
+		"-dns-port", strconv.Itoa(p.dns),
+		"-serf-lan-port", strconv.Itoa(p.serfLAN),
+		"-serf-wan-port", strconv.Itoa(p.serfWAN),
+		"-server-port", strconv.Itoa(p.server),
+		"-grpc-port", strconv.Itoa(p.grpc),
+		"-log-level", "warn",
+		// No outbound traffic and no gRPC TLS listener on a fixed port.
+		"-hcl", "disable_update_check = true",
+		"-hcl", "ports { grpc_tls = -1 }",
+	}
+	logf, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		c.t.Fatalf("testservice: consul log: %v", err)
+	}
+	cmd := exec.Command(c.bin, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		c.t.Fatalf("testservice: start consul: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	c.cmd, c.done = cmd, done
+	if err := c.waitLeader(done, 30*time.Second); err != nil {
+		c.stopLocked()
+		log, _ := os.ReadFile(c.logPath)
+		c.t.Fatalf("testservice: consul did not become ready: %v\n%s", err, tail(log, 4000))
+	}
+}
+
+// Stop stops the agent and waits for it to exit. It is a no-op when the
+// agent is not running.
+func (c *Consul) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopLocked()
+}
+
+func (c *Consul) stopLocked() {
+	if c.cmd == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+	c.cmd, c.done = nil, nil
+}
+
+// waitLeader polls /v1/status/leader until it names a leader and the local
+// node is in the catalog (before that, registrations can fail).
+func (c *Consul) waitLeader(exited <-chan struct{}, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	base := "http://" + c.Addr()
+	for {
+		if ok := get(ctx, base+"/v1/status/leader", func(b []byte) bool {
+			return len(bytes.Trim(bytes.TrimSpace(b), `"`)) > 0
+		}); ok {
+			if get(ctx, base+"/v1/catalog/node/infergate-test", func(b []byte) bool {
+				return bytes.Contains(b, []byte(`"Node"`))
+			}) {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("consul exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func get(ctx context.Context, url string, ok func([]byte) bool) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	return resp.StatusCode == http.StatusOK && ok(buf.Bytes())
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}

@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestReadEvent(t *testing.T) {
+	long := strings.Repeat("x", 10000) // longer than the reader's buffer
+	in := "\n\ndata: a\n\n" + "event: e\r\ndata: " + long + "\r\n\r\n" + "data: one\ndata: two\n\n" + "data: last"
+	br := bufio.NewReaderSize(strings.NewReader(in), 4096)
+	var got []string
+	for {
+		ev, err := readEvent(br)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(ev))
+	}
+	want := []string{"data: a\n\n", "event: e\r\ndata: " + long + "\r\n\r\n", "data: one\ndata: two\n\n", "data: last\n\n"}
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d: %q", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("event %d = %.60q, want %.60q", i, got[i], want[i])
+		}
+	}
+	if d := eventData([]byte(got[2])); string(d) != "one\ntwo" {
+		t.Errorf("eventData = %q", d)
+	}
+}
+
+func TestFilterEvent(t *testing.T) {
+	usageOnly := "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n"
+	onContent := "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\": {\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n"
+	plain := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n"
+	for _, tc := range []struct {
+		name      string
+		injected  bool
+		ev        string
+		wantDrop  bool
+		wantUsage int
+		wantField bool // "usage" still in the output
+	}{
+		{"usage chunk, client asked", false, usageOnly, false, 8, true},
+		{"usage chunk, injected", true, usageOnly, true, 8, false},
+		{"usage on content, injected", true, onContent, false, 2, false},
+		{"usage on content, client asked", false, onContent, false, 2, true},
+		{"null usage passes", true, plain, false, 0, true},
+		{"done passes", true, "data: [DONE]\n\n", false, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := &exchange{injected: tc.injected}
+			out := x.filterEvent([]byte(tc.ev))
+			if tc.wantDrop != (out == nil) {
+				t.Fatalf("out = %q, drop want %v", out, tc.wantDrop)
+			}
+			got := 0
+			if x.usage != nil {
+				got = x.usage.total()
+			}
+			if got != tc.wantUsage {
+				t.Errorf("usage = %d, want %d", got, tc.wantUsage)
+			}
+			if out != nil {
+				if strings.Contains(string(out), `"usage"`) != tc.wantField {
+					t.Errorf("out = %q", out)
+				}
+				if d := eventData(out); string(d) != "[DONE]" {
+					var v map[string]any
+					if err := json.Unmarshal(d, &v); err != nil {
+						t.Errorf("output is not JSON: %q", d)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestWithIncludeUsage(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"model":"m","stream":true}`:                                                `{"include_usage":true}`,
+		`{"model":"m","stream":true,"stream_options":null}`:                          `{"include_usage":true}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":false,"x":1}}`: `{"include_usage":true,"x":1}`,
+	} {
+		out, err := withIncludeUsage([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(out, &m)
+		if string(m["stream_options"]) != want || string(m["model"]) != `"m"` {
+			t.Errorf("%s → %s", in, out)
+		}
+	}
+}

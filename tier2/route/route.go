@@ -1,0 +1,910 @@
+// Package route decides which Tier 1 clusters a Tier 2 request goes to, in
+// which order to fail over, and keeps what those decisions need: each
+// cluster's live load (polled from its load summary), a circuit breaker per
+// (cluster, model), recent error rates and first-token latencies.
+//
+// Ordering, per request:
+//
+//  1. Filter: the cluster serves the model, is not drained, its breaker is
+//     not open, and (region-pinned tenants) it is in the tenant's region.
+//  2. Group: 0 = has headroom (utilisation below the spill threshold), meets
+//     the latency objective, low error rate; 1 = degraded (over the spill
+//     threshold, slow, erroring, stale load); 2 = last resort (saturated, no
+//     ready pods, load polls failing, weight 0).
+//  3. Within a group, by policy: cost-first and region-pinned sort by
+//     effective cost, then locality, then utilisation; latency-first sorts
+//     by locality, then utilisation and error rate, then cost.
+//
+// The first candidate is the pick. The rest are the failover order: other
+// clusters of the pick's region, then other regions (in the configured
+// region order), last-resort clusters at the end. Cost shaping falls out of
+// the groups: the cheapest cluster takes traffic until its utilisation
+// crosses the spill threshold, then the next cheapest with headroom does.
+package route
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/tier1/register"
+	"github.com/infergate/infergate/tier2/discovery"
+)
+
+// Policy is a tenant's routing policy.
+type Policy string
+
+// Policies.
+const (
+	CostFirst    Policy = "cost-first"    // cheapest cluster with headroom that meets the latency objective
+	LatencyFirst Policy = "latency-first" // own region first, least loaded
+	RegionPinned Policy = "region-pinned" // cost-first, never outside the tenant's region
+)
+
+// ParsePolicy parses a policy name; "" is the default policy def.
+func ParsePolicy(s string, def Policy) (Policy, error) {
+	switch p := Policy(s); p {
+	case "":
+		return def, nil
+	case CostFirst, LatencyFirst, RegionPinned:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown routing policy %q (want cost-first, latency-first or region-pinned)", s)
+}
+
+// Decision reasons (the reason label of infergate_tier2_route_decisions_total).
+const (
+	ReasonCheapest   = "cheapest"    // cost-first pick: no cheaper cluster is eligible
+	ReasonSpill      = "spill"       // cost-first pick: cheaper clusters lack headroom or are slow
+	ReasonLocal      = "local"       // latency-first pick in the router's own region
+	ReasonRemote     = "remote"      // latency-first pick outside the router's region
+	ReasonPinned     = "pinned"      // region-pinned pick
+	ReasonDegraded   = "degraded"    // no cluster has headroom; best of the degraded ones
+	ReasonLastResort = "last_resort" // only saturated / unreachable clusters left
+	ReasonFailover   = "failover"    // a later attempt after a failed one
+)
+
+// Errors from Plan and Begin.
+var (
+	// ErrUnknownModel: no known cluster serves the model.
+	ErrUnknownModel = errors.New("no cluster serves this model")
+	// ErrNoCandidates: clusters serve the model but none may take the
+	// request now (drained, breakers open, or outside a pinned region).
+	ErrNoCandidates = errors.New("no cluster available for this model")
+	// ErrBreakerOpen: Begin refused the cluster (its breaker is open, or
+	// half-open with its probe already in flight).
+	ErrBreakerOpen = errors.New("circuit breaker open")
+	// ErrClientCanceled marks an attempt that ended because the client went
+	// away; it does not count against the cluster.
+	ErrClientCanceled = errors.New("client canceled")
+)
+
+// StatusError is an attempt that got an HTTP error status from Tier 1.
+// 4xx (429 included) do not count against the cluster's breaker: they say
+// something about the request or the tenant, or ask to back off.
+type StatusError struct{ Code int }
+
+func (e *StatusError) Error() string { return fmt.Sprintf("tier1 answered HTTP %d", e.Code) }
+
+// excluded says whether an attempt's error is neither success nor failure
+// for the breaker.
+func excluded(err error) bool {
+	if errors.Is(err, ErrClientCanceled) {
+		return true
+	}
+	var se *StatusError
+	return errors.As(err, &se) && se.Code >= 400 && se.Code < 500
+}
+
+// Override is an operator's per-cluster setting (from the tenant store).
+type Override struct {
+	Drain  bool     // take no new requests
+	Weight *float64 // preference multiplier, default 1; divides the effective cost; 0 = last resort
+	Cost   *float64 // replaces the advertised cost
+}
+
+// Source lists the clusters (discovery.Discovery implements it).
+type Source interface {
+	Clusters() []discovery.Cluster
+}
+
+// BreakerOptions configures the per-(cluster, model) circuit breakers.
+type BreakerOptions struct {
+	ConsecutiveFailures uint32        // trip after this many failures in a row; default 5
+	FailureRatio        float64       // or this share of failures ...; default 0.5
+	MinRequests         uint32        // ... over at least this many requests in Interval; default 20
+	Interval            time.Duration // counting window while closed; default 30s
+	OpenTimeout         time.Duration // open → half-open after this; default 10s
+	HalfOpenRequests    uint32        // probes allowed while half-open; default 1
+}
+
+// Options configures a Router. Zero values take the defaults noted.
+type Options struct {
+	Region      string   // this Tier 2's region ("own region")
+	RegionOrder []string // failover preference after the own region; unlisted regions follow, by name
+
+	Token        string       // bearer token for Tier 1 (load summaries)
+	HTTPClient   *http.Client // for load polls; default: 1s-timeout client
+	PollInterval time.Duration
+	PollTimeout  time.Duration // default: PollInterval, at most 2s
+	StaleAfter   time.Duration // load older than this is stale; default 3 × PollInterval
+
+	DefaultPolicy      Policy        // default cost-first
+	SpillThreshold     float64       // utilisation where a cluster stops counting as having headroom; default 0.8
+	QueuePerPod        float64       // queued requests per ready pod that count as full when capacity is unknown; default 4
+	LatencyObjective   time.Duration // first-token objective; 0 = none
+	ErrorRateThreshold float64       // recent error rate that marks a cluster degraded; default 0.2
+	// TokensPerGPUSecond converts per-GPU-hour costs to per-million-token
+	// costs so clusters priced either way compare; 0 compares raw numbers.
+	TokensPerGPUSecond float64
+
+	Breaker   BreakerOptions
+	Overrides func() map[string]Override // keyed by cluster name; nil = none
+
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.PollTimeout <= 0 {
+		o.PollTimeout = min(o.PollInterval, 2*time.Second)
+	}
+	if o.StaleAfter <= 0 {
+		o.StaleAfter = 3 * o.PollInterval
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: o.PollTimeout}
+	}
+	if o.DefaultPolicy == "" {
+		o.DefaultPolicy = CostFirst
+	}
+	if o.SpillThreshold <= 0 {
+		o.SpillThreshold = 0.8
+	}
+	if o.QueuePerPod <= 0 {
+		o.QueuePerPod = 4
+	}
+	if o.ErrorRateThreshold <= 0 {
+		o.ErrorRateThreshold = 0.2
+	}
+	b := &o.Breaker
+	if b.ConsecutiveFailures == 0 {
+		b.ConsecutiveFailures = 5
+	}
+	if b.FailureRatio <= 0 {
+		b.FailureRatio = 0.5
+	}
+	if b.MinRequests == 0 {
+		b.MinRequests = 20
+	}
+	if b.Interval <= 0 {
+		b.Interval = 30 * time.Second
+	}
+	if b.OpenTimeout <= 0 {
+		b.OpenTimeout = 10 * time.Second
+	}
+	if b.HalfOpenRequests == 0 {
+		b.HalfOpenRequests = 1
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// errorHalfLife is how fast a cluster's recent error rate fades without
+// new outcomes.
+const errorHalfLife = 30 * time.Second
+
+// Router plans and tracks routing to Tier 1 clusters. Safe for concurrent
+// use.
+type Router struct {
+	src  Source
+	opts Options
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	states map[string]*clusterState // by cluster ID
+
+	mDecisions   *prometheus.CounterVec
+	mBreaker     *prometheus.GaugeVec
+	mTransitions *prometheus.CounterVec
+	mPolls       *prometheus.CounterVec
+	mUtil        *prometheus.GaugeVec
+	mAttempts    *prometheus.CounterVec
+}
+
+type clusterState struct {
+	name      string
+	summary   *cluster.LoadSummary
+	summaryAt time.Time // when we received it
+	pollFails int       // consecutive
+	models    map[string]*modelState
+}
+
+type modelState struct {
+	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
+	inflight  int     // our requests in flight
+	sincePoll int     // of those, the ones dispatched since the last summary (which does not count them yet)
+	gen       uint64  // summaries received, to match attempts with sincePoll
+	errRate   float64 // EWMA of failures, decaying with errorHalfLife
+	errAt     time.Time
+	ttft      float64      // EWMA of first-token latency, seconds; 0 = unknown
+	since     atomic.Int64 // unix nanoseconds of the breaker's last state change
+}
+
+// New builds a Router over src. Call Run to poll load summaries.
+func New(src Source, opts Options) (*Router, error) {
+	opts.setDefaults()
+	if opts.SpillThreshold > 1 {
+		return nil, fmt.Errorf("route: spill threshold %v must be in (0,1]", opts.SpillThreshold)
+	}
+	if _, err := ParsePolicy(string(opts.DefaultPolicy), CostFirst); err != nil {
+		return nil, fmt.Errorf("route: %w", err)
+	}
+	r := &Router{
+		src:    src,
+		opts:   opts,
+		log:    opts.Logger.With("component", "route"),
+		states: map[string]*clusterState{},
+		mDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_tier2_route_decisions_total",
+			Help: "Requests dispatched to a Tier 1 cluster, by why it was chosen.",
+		}, []string{"cluster", "region", "reason"}),
+		mBreaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "infergate_tier2_breaker_state",
+			Help: "Circuit breaker state per cluster and model: 0 closed, 1 half-open, 2 open.",
+		}, []string{"cluster", "model"}),
+		mTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_tier2_breaker_transitions_total",
+			Help: "Circuit breaker state changes, by the state entered.",
+		}, []string{"cluster", "model", "to"}),
+		mPolls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_tier2_load_polls_total",
+			Help: "Load-summary polls of Tier 1 clusters, by result (ok, error).",
+		}, []string{"cluster", "result"}),
+		mUtil: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "infergate_tier2_cluster_utilization",
+			Help: "Estimated utilisation of a cluster from its last load summary (1 = full).",
+		}, []string{"cluster"}),
+		mAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_tier2_attempts_total",
+			Help: "Attempts to Tier 1 clusters, by outcome (ok, failure, excluded).",
+		}, []string{"cluster", "outcome"}),
+	}
+	for _, c := range []prometheus.Collector{r.mDecisions, r.mBreaker, r.mTransitions, r.mPolls, r.mUtil, r.mAttempts} {
+		if err := opts.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("route: register metrics: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Run polls every cluster's load summary each PollInterval until ctx ends.
+// When the source can signal changes (discovery.Discovery), new clusters
+// are polled as soon as they appear.
+func (r *Router) Run(ctx context.Context) error {
+	type changer interface{ Changed() <-chan struct{} }
+	ch, _ := r.src.(changer)
+	t := time.NewTicker(r.opts.PollInterval)
+	defer t.Stop()
+	for {
+		var changed <-chan struct{}
+		if ch != nil {
+			changed = ch.Changed()
+		}
+		r.pollAll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-changed:
+		}
+	}
+}
+
+func (r *Router) pollAll(ctx context.Context) {
+	clusters := r.src.Clusters()
+	live := make(map[string]bool, len(clusters))
+	var wg sync.WaitGroup
+	for _, c := range clusters {
+		live[c.ID] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.poll(ctx, c)
+		}()
+	}
+	wg.Wait()
+	// Forget clusters that left, so a returning one starts fresh.
+	r.mu.Lock()
+	for id, st := range r.states {
+		if !live[id] {
+			delete(r.states, id)
+			r.mUtil.DeleteLabelValues(st.name)
+		}
+	}
+	r.mu.Unlock()
+}
+
+func (r *Router) poll(ctx context.Context, c discovery.Cluster) {
+	sum, err := r.fetch(ctx, c)
+	if ctx.Err() != nil {
+		return
+	}
+	r.store(c, sum, err)
+}
+
+// store records a poll's result.
+func (r *Router) store(c discovery.Cluster, sum *cluster.LoadSummary, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.stateLocked(c)
+	if err != nil {
+		r.mPolls.WithLabelValues(c.Name, "error").Inc()
+		st.pollFails++
+		if st.pollFails == 2 {
+			r.log.Warn("tier1 load polls failing", "cluster", c.Name, "err", err)
+		}
+		// An unreachable cluster fails every model: the poll counts as a
+		// failed request on each breaker, so a dead cluster trips them even
+		// when no request goes there, and while half-open the poll is the
+		// probe that fails. (A good poll proves nothing about inference, so
+		// only real requests close a breaker.)
+		for _, ms := range st.models {
+			if ms.breaker.State() == gobreaker.StateOpen {
+				continue
+			}
+			if done, err2 := ms.breaker.Allow(); err2 == nil {
+				done(fmt.Errorf("load poll: %w", err))
+			}
+		}
+		return
+	}
+	r.mPolls.WithLabelValues(c.Name, "ok").Inc()
+	st.pollFails = 0
+	st.summary = sum
+	st.summaryAt = time.Now()
+	for _, ms := range st.models {
+		ms.sincePoll = 0
+		ms.gen++
+	}
+	r.mUtil.WithLabelValues(c.Name).Set(r.utilLocked(c, st, ""))
+}
+
+func (r *Router) fetch(ctx context.Context, c discovery.Cluster) (*cluster.LoadSummary, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.PollTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Address+cluster.LoadPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.opts.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.opts.Token)
+	}
+	resp, err := r.opts.HTTPClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("load summary: HTTP %d", resp.StatusCode)
+	}
+	var s cluster.LoadSummary
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&s); err != nil {
+		return nil, fmt.Errorf("load summary: %w", err)
+	}
+	return &s, nil
+}
+
+func (r *Router) stateLocked(c discovery.Cluster) *clusterState {
+	st := r.states[c.ID]
+	if st == nil {
+		st = &clusterState{name: c.Name, models: map[string]*modelState{}}
+		r.states[c.ID] = st
+	}
+	return st
+}
+
+func (r *Router) modelLocked(c discovery.Cluster, st *clusterState, model string) *modelState {
+	ms := st.models[model]
+	if ms != nil {
+		return ms
+	}
+	b := r.opts.Breaker
+	name, clusterName := c.Name, c.Name
+	ms = &modelState{}
+	ms.since.Store(time.Now().UnixNano())
+	ms.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        name + "/" + model,
+		MaxRequests: b.HalfOpenRequests,
+		Interval:    b.Interval,
+		Timeout:     b.OpenTimeout,
+		ReadyToTrip: func(n gobreaker.Counts) bool {
+			return n.ConsecutiveFailures >= b.ConsecutiveFailures ||
+				(n.Requests >= b.MinRequests && float64(n.TotalFailures) >= b.FailureRatio*float64(n.Requests))
+		},
+		IsExcluded: excluded,
+		// Runs under the breaker's lock: metrics and a log line only.
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			ms.since.Store(time.Now().UnixNano())
+			r.mBreaker.WithLabelValues(clusterName, model).Set(float64(to))
+			r.mTransitions.WithLabelValues(clusterName, model, to.String()).Inc()
+			r.log.Info("circuit breaker", "cluster", clusterName, "model", model, "from", from.String(), "to", to.String())
+		},
+	})
+	r.mBreaker.WithLabelValues(clusterName, model).Set(0)
+	st.models[model] = ms
+	return ms
+}
+
+// fresh returns the summary if it is recent enough to route on.
+func (r *Router) freshLocked(st *clusterState) *cluster.LoadSummary {
+	return r.freshAtLocked(st, time.Now())
+}
+
+func (r *Router) freshAtLocked(st *clusterState, now time.Time) *cluster.LoadSummary {
+	if st.summary == nil || now.Sub(st.summaryAt) > r.opts.StaleAfter {
+		return nil
+	}
+	return st.summary
+}
+
+// utilLocked estimates a cluster's utilisation in [0, ∞): what its last
+// summary said plus what we sent since. model "" means the whole cluster.
+func (r *Router) utilLocked(c discovery.Cluster, st *clusterState, model string) float64 {
+	return r.utilAtLocked(c, st, model, r.freshLocked(st))
+}
+
+// utilAtLocked is utilLocked with the fresh summary (or nil) given.
+func (r *Router) utilAtLocked(c discovery.Cluster, st *clusterState, model string, sum *cluster.LoadSummary) float64 {
+	var outstanding, queue, ready, sincePoll int
+	var kv, u float64 = 1, 0
+	for _, ms := range st.models {
+		if sum == nil {
+			outstanding += ms.inflight
+		} else {
+			sincePoll += ms.sincePoll
+		}
+	}
+	if sum != nil {
+		kvn := 0
+		for name, ml := range sum.Models {
+			outstanding += max(ml.InFlight, ml.Running+ml.Queue)
+			if model == "" || name == model {
+				queue += ml.Queue
+				ready += ml.ReadyPods
+				kv = min(kv, ml.KVHeadroom)
+				kvn++
+				if ml.Saturated {
+					u = 1
+				}
+			}
+		}
+		if kvn == 0 {
+			kv = 1
+		}
+	}
+	outstanding += sincePoll
+	switch {
+	case c.Capacity > 0:
+		u = max(u, float64(outstanding)/float64(c.Capacity))
+	case ready > 0:
+		u = max(u, float64(queue+sincePoll)/(float64(ready)*r.opts.QueuePerPod))
+	}
+	return max(u, 1-kv)
+}
+
+// Candidate is one cluster in a Plan.
+type Candidate struct {
+	Cluster     discovery.Cluster
+	Reason      string  // why it is where it is (Reason* constants)
+	Group       int     // 0 headroom, 1 degraded, 2 last resort
+	Cost        float64 // effective cost used for ordering
+	Utilization float64 // estimated utilisation
+	ErrorRate   float64
+	rank        int // region rank, for sorting
+}
+
+// Request is what Plan needs to know about a request.
+type Request struct {
+	Model  string
+	Policy Policy // "" = the default policy
+	Region string // tenant's home region (region-pinned); "" = the router's region
+}
+
+// Plan returns the clusters to try for req, best first, then the failover
+// order. It does not reserve anything; call Begin for each attempt.
+func (r *Router) Plan(req Request) ([]Candidate, error) {
+	policy := req.Policy
+	if policy == "" {
+		policy = r.opts.DefaultPolicy
+	}
+	pinRegion := req.Region
+	if pinRegion == "" {
+		pinRegion = r.opts.Region
+	}
+	var overrides map[string]Override
+	if r.opts.Overrides != nil {
+		overrides = r.opts.Overrides()
+	}
+	clusters := r.src.Clusters()
+	now := time.Now()
+
+	r.mu.Lock()
+	serving := 0
+	cands := make([]Candidate, 0, len(clusters))
+	for _, c := range clusters {
+		st := r.stateLocked(c)
+		sum := r.freshAtLocked(st, now)
+		if !serves(c, sum, req.Model) {
+			continue
+		}
+		serving++
+		ov := overrides[c.Name]
+		if ov.Drain {
+			continue
+		}
+		if policy == RegionPinned && c.Region != pinRegion {
+			continue
+		}
+		ms := r.modelLocked(c, st, req.Model)
+		bstate := ms.breaker.State()
+		if bstate == gobreaker.StateOpen {
+			continue
+		}
+		cand := Candidate{Cluster: c, Cost: r.effectiveCost(c, ov), Utilization: r.utilAtLocked(c, st, req.Model, sum), ErrorRate: ms.errorRate(now)}
+		var ml cluster.ModelLoad
+		var hasModelLoad bool
+		if sum != nil {
+			ml, hasModelLoad = sum.Models[req.Model]
+		}
+		weight := 1.0
+		if ov.Weight != nil {
+			weight = *ov.Weight
+		}
+		switch {
+		case weight <= 0, st.pollFails >= 2, cand.Utilization >= 1,
+			sum != nil && (!hasModelLoad || ml.ReadyPods == 0 || ml.Saturated):
+			cand.Group = 2
+		case cand.Utilization >= r.opts.SpillThreshold,
+			// Half-open keeps its place so the next request probes it (one
+			// at a time; a failed probe fails over); its error history is
+			// what the probe is about, so it does not demote it.
+			bstate != gobreaker.StateHalfOpen && cand.ErrorRate > r.opts.ErrorRateThreshold,
+			st.summary != nil && sum == nil, // had load, now stale
+			r.opts.LatencyObjective > 0 && ms.ttft > r.opts.LatencyObjective.Seconds():
+			cand.Group = 1
+		}
+		cands = append(cands, cand)
+	}
+	r.mu.Unlock()
+
+	if serving == 0 {
+		return nil, ErrUnknownModel
+	}
+	if len(cands) == 0 {
+		return nil, ErrNoCandidates
+	}
+
+	// Sort pointers: candidates are large, and Plan runs per request.
+	ptrs := make([]*Candidate, len(cands))
+	for i := range cands {
+		cands[i].rank = r.regionRank(cands[i].Cluster.Region)
+		ptrs[i] = &cands[i]
+	}
+	slices.SortStableFunc(ptrs, func(a, b *Candidate) int {
+		if c := cmp.Compare(a.Group, b.Group); c != 0 {
+			return c
+		}
+		if policy == LatencyFirst {
+			if c := cmp.Compare(a.rank, b.rank); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.Utilization+a.ErrorRate, b.Utilization+b.ErrorRate); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.Cost, b.Cost); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Cluster.ID, b.Cluster.ID)
+		}
+		if c := cmp.Compare(a.Cost, b.Cost); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.rank, b.rank); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Utilization, b.Utilization); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Cluster.ID, b.Cluster.ID)
+	})
+
+	// Reason for the pick.
+	first := ptrs[0]
+	switch {
+	case first.Group == 2:
+		first.Reason = ReasonLastResort
+	case first.Group == 1:
+		first.Reason = ReasonDegraded
+	case policy == RegionPinned:
+		first.Reason = ReasonPinned
+	case policy == LatencyFirst && first.Cluster.Region == r.opts.Region:
+		first.Reason = ReasonLocal
+	case policy == LatencyFirst:
+		first.Reason = ReasonRemote
+	default:
+		first.Reason = ReasonCheapest
+		for _, c := range ptrs[1:] {
+			if c.Cost < first.Cost {
+				first.Reason = ReasonSpill
+				break
+			}
+		}
+	}
+
+	// Failover order after the pick: its region first, then the others in
+	// region order; last-resort clusters at the very end.
+	pickRegion := first.Cluster.Region
+	rest := ptrs[1:]
+	slices.SortStableFunc(rest, func(a, b *Candidate) int {
+		if la, lb := a.Group == 2, b.Group == 2; la != lb {
+			if lb {
+				return -1
+			}
+			return 1
+		}
+		sa, sb := a.Cluster.Region == pickRegion, b.Cluster.Region == pickRegion
+		if sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.rank, b.rank)
+	})
+	out := make([]Candidate, len(ptrs))
+	for i, c := range ptrs {
+		out[i] = *c
+		if i > 0 {
+			out[i].Reason = ReasonFailover
+		}
+	}
+	return out, nil
+}
+
+// serves: the cluster advertises the model, or (no advertised list) its
+// fresh load summary has it, or we know nothing yet.
+func serves(c discovery.Cluster, sum *cluster.LoadSummary, model string) bool {
+	if len(c.Models) > 0 {
+		return c.Serves(model)
+	}
+	if sum != nil {
+		_, ok := sum.Models[model]
+		return ok
+	}
+	return true
+}
+
+func (r *Router) effectiveCost(c discovery.Cluster, ov Override) float64 {
+	cost := c.Cost
+	if ov.Cost != nil {
+		cost = *ov.Cost
+	}
+	if c.CostUnit == register.CostPerGPUHour && r.opts.TokensPerGPUSecond > 0 {
+		cost /= r.opts.TokensPerGPUSecond * 3600 / 1e6
+	}
+	if ov.Weight != nil && *ov.Weight > 0 {
+		cost /= *ov.Weight
+	}
+	return cost
+}
+
+// regionRank: own region 0, then RegionOrder, then the rest.
+func (r *Router) regionRank(region string) int {
+	if region == r.opts.Region {
+		return 0
+	}
+	if i := slices.Index(r.opts.RegionOrder, region); i >= 0 {
+		return 1 + i
+	}
+	return 1 + len(r.opts.RegionOrder)
+}
+
+func (ms *modelState) errorRate(now time.Time) float64 {
+	if ms.errRate == 0 {
+		return 0
+	}
+	return ms.errRate * math.Exp2(-now.Sub(ms.errAt).Seconds()/errorHalfLife.Seconds())
+}
+
+// Attempt is one dispatch to a cluster, from Begin to Done.
+type Attempt struct {
+	r     *Router
+	c     discovery.Cluster
+	model string
+	done  func(error)
+	gen   uint64
+	probe bool // began while the breaker was half-open
+	once  sync.Once
+}
+
+// Begin starts an attempt on c for model: it asks the cluster's breaker,
+// counts the request in flight and records the routing decision with
+// c.Reason. It returns ErrBreakerOpen when the breaker refuses; call Done on
+// the returned attempt exactly once otherwise.
+func (r *Router) Begin(c Candidate, model string) (*Attempt, error) {
+	r.mu.Lock()
+	st := r.stateLocked(c.Cluster)
+	ms := r.modelLocked(c.Cluster, st, model)
+	r.mu.Unlock()
+	probe := ms.breaker.State() == gobreaker.StateHalfOpen
+	done, err := ms.breaker.Allow()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Cluster.Name, ErrBreakerOpen)
+	}
+	r.mu.Lock()
+	ms.inflight++
+	ms.sincePoll++
+	gen := ms.gen
+	r.mu.Unlock()
+	r.mDecisions.WithLabelValues(c.Cluster.Name, c.Cluster.Region, c.Reason).Inc()
+	return &Attempt{r: r, c: c.Cluster, model: model, done: done, gen: gen, probe: probe}, nil
+}
+
+// FirstToken records the attempt's time to first token (streams), which
+// the latency objective is checked against.
+func (a *Attempt) FirstToken(d time.Duration) {
+	a.r.mu.Lock()
+	defer a.r.mu.Unlock()
+	if st := a.r.states[a.c.ID]; st != nil {
+		if ms := st.models[a.model]; ms != nil {
+			s := d.Seconds()
+			if ms.ttft == 0 {
+				ms.ttft = s
+			} else {
+				ms.ttft = 0.8*ms.ttft + 0.2*s
+			}
+		}
+	}
+}
+
+// Done ends the attempt: nil for success, a *StatusError, ErrClientCanceled
+// or any other error (a failure). Only the first call counts.
+func (a *Attempt) Done(err error) {
+	a.once.Do(func() {
+		a.done(err)
+		outcome := "ok"
+		switch {
+		case err == nil:
+		case excluded(err):
+			outcome = "excluded"
+		default:
+			outcome = "failure"
+		}
+		a.r.mAttempts.WithLabelValues(a.c.Name, outcome).Inc()
+		a.r.mu.Lock()
+		defer a.r.mu.Unlock()
+		st := a.r.states[a.c.ID]
+		if st == nil {
+			return
+		}
+		ms := st.models[a.model]
+		if ms == nil {
+			return
+		}
+		ms.inflight--
+		if ms.gen == a.gen && ms.sincePoll > 0 {
+			ms.sincePoll--
+		}
+		if outcome == "excluded" {
+			return
+		}
+		now := time.Now()
+		rate := ms.errorRate(now)
+		switch {
+		case outcome == "failure":
+			rate = 0.8*rate + 0.2
+		case a.probe:
+			rate = 0 // a good probe closed the breaker: start clean
+		default:
+			rate *= 0.8
+		}
+		ms.errRate, ms.errAt = rate, now
+	})
+}
+
+// BreakerState reports the breaker of (cluster ID, model): "closed",
+// "half-open", "open", or "" if it does not exist yet.
+func (r *Router) BreakerState(clusterID, model string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.states[clusterID]
+	if st == nil || st.models[model] == nil {
+		return ""
+	}
+	return st.models[model].breaker.State().String()
+}
+
+// Models returns every model some cluster serves: advertised ones and
+// those in fresh load summaries.
+func (r *Router) Models() []string {
+	set := map[string]bool{}
+	clusters := r.src.Clusters()
+	r.mu.Lock()
+	for _, c := range clusters {
+		for _, m := range c.Models {
+			set[m] = true
+		}
+		if st := r.states[c.ID]; st != nil {
+			if sum := r.freshLocked(st); sum != nil {
+				for m := range sum.Models {
+					set[m] = true
+				}
+			}
+		}
+	}
+	r.mu.Unlock()
+	out := make([]string, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BreakerInfo describes one circuit breaker (for the admin API).
+type BreakerInfo struct {
+	ClusterID           string
+	Cluster             string
+	Model               string
+	State               string // closed, half-open, open
+	ConsecutiveFailures uint32
+	Since               time.Time // last state change (or creation)
+}
+
+// Breakers lists every breaker, sorted by cluster and model.
+func (r *Router) Breakers() []BreakerInfo {
+	r.mu.Lock()
+	var out []BreakerInfo
+	for id, st := range r.states {
+		for model, ms := range st.models {
+			out = append(out, BreakerInfo{
+				ClusterID: id, Cluster: st.name, Model: model,
+				State:               ms.breaker.State().String(),
+				ConsecutiveFailures: ms.breaker.Counts().ConsecutiveFailures,
+				Since:               time.Unix(0, ms.since.Load()),
+			})
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Cluster != out[j].Cluster {
+			return out[i].Cluster < out[j].Cluster
+		}
+		return out[i].Model < out[j].Model
+	})
+	return out
+}
