@@ -8,10 +8,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/gateway"
+	"github.com/infergate/infergate/tier1/register"
 	"github.com/infergate/infergate/tier1/tier1config"
 )
 
@@ -64,5 +69,88 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("tier1 listening", "addr", ln.Addr().String(), "pools", len(cfg.Pools), "pods", len(cfg.Pods),
 		"auth", !cfg.Auth.Disabled, "config", *cfgPath)
 	fmt.Fprintf(stdout, "infergate tier1 listening on %s\n", ln.Addr())
-	return gw.Serve(ctx, ln, 30*time.Second)
+
+	var registered sync.WaitGroup
+	if cfg.Consul.Address != "" {
+		reg, client, err := tier1Registration(&cfg, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		registered.Add(1)
+		go func() {
+			defer registered.Done()
+			// Keep deregisters when ctx ends, so Tier 2 stops sending
+			// before the listener drains.
+			_ = register.Keep(ctx, client, reg, 0, func(err error) {
+				log.Warn("consul registration failed; retrying", "consul", cfg.Consul.Address, "err", err)
+			})
+		}()
+		log.Info("registering in consul", "consul", cfg.Consul.Address, "service", register.ServiceName, "id", reg.ID)
+	}
+	err = gw.Serve(ctx, ln, 30*time.Second)
+	registered.Wait()
+	return err
+}
+
+// tier1Registration builds the Consul registration for this router from its
+// configuration and the address it listens on.
+func tier1Registration(cfg *tier1config.Config, addr *net.TCPAddr) (register.Registration, *api.Client, error) {
+	c := cfg.Consul
+	token, err := c.ResolveToken()
+	if err != nil {
+		return register.Registration{}, nil, err
+	}
+	client, err := api.NewClient(&api.Config{Address: c.Address, Token: token})
+	if err != nil {
+		return register.Registration{}, nil, fmt.Errorf("consul client: %w", err)
+	}
+	host := c.ServiceAddress
+	if host == "" {
+		host = addr.IP.String()
+		if addr.IP.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+	}
+	port := c.ServicePort
+	if port == 0 {
+		port = addr.Port
+	}
+	scheme := c.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	seen := map[string]bool{}
+	var models []string
+	addModel := func(m string) {
+		if m != "" && !seen[m] {
+			seen[m] = true
+			models = append(models, m)
+		}
+	}
+	for _, p := range cfg.Pools {
+		addModel(p.Model)
+		for _, a := range p.Adapters {
+			addModel(a)
+		}
+	}
+	for _, m := range cfg.Models {
+		addModel(m.Name)
+	}
+	return register.Registration{
+		Address:       host,
+		Port:          port,
+		Scheme:        scheme,
+		Region:        cfg.Region,
+		Cluster:       cfg.Cluster,
+		Models:        models,
+		Cost:          c.Cost,
+		CostUnit:      c.CostUnit,
+		Pricing:       c.Pricing,
+		Capacity:      c.Capacity,
+		Tags:          c.Tags,
+		CheckHTTP:     fmt.Sprintf("%s://%s/ready", scheme, net.JoinHostPort(host, strconv.Itoa(port))),
+		CheckInterval: c.CheckInterval,
+		InitialStatus: "passing",
+	}, client, nil
 }

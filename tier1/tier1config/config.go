@@ -40,6 +40,10 @@ type Config struct {
 	// absent means picker.DefaultProfile().
 	Scheduler picker.ProfileConfig `yaml:"scheduler"`
 
+	// Consul, when its address is set, registers this Tier 1 so that Tier 2
+	// finds it (service infergate-tier1).
+	Consul ConsulConfig `yaml:"consul"`
+
 	Pools  []PoolConfig  `yaml:"pools"`
 	Models []ModelConfig `yaml:"models"`
 	Pods   []PodConfig   `yaml:"pods"`
@@ -225,6 +229,15 @@ func (c *Config) Validate() error {
 			add("%s %v is negative", name, d)
 		}
 	}
+	if c.Consul.Cost < 0 {
+		add("consul.cost %v is negative", c.Consul.Cost)
+	}
+	if u := c.Consul.CostUnit; u != "" && u != "gpu-hour" && u != "mtok" {
+		add("consul.cost_unit %q: want gpu-hour or mtok", u)
+	}
+	if c.Consul.ServicePort < 0 || c.Consul.ServicePort > 65535 {
+		add("consul.service_port %d out of range", c.Consul.ServicePort)
+	}
 	if c.Retry.MaxAttempts < 1 {
 		add("retry.max_attempts %d must be at least 1", c.Retry.MaxAttempts)
 	}
@@ -402,4 +415,40 @@ func (c *Config) Pool(name string) *PoolConfig {
 		}
 	}
 	return nil
+}
+
+// ConsulConfig registers the router in Consul for Tier 2's discovery.
+// Registration is off while Address is empty.
+type ConsulConfig struct {
+	Address   string `yaml:"address"`    // Consul agent HTTP address, e.g. 127.0.0.1:8500
+	TokenEnv  string `yaml:"token_env"`  // environment variable holding the ACL token
+	TokenFile string `yaml:"token_file"` // file holding the ACL token
+	// ServiceAddress and ServicePort are what Tier 2 dials; default the
+	// listen address.
+	ServiceAddress string        `yaml:"service_address"`
+	ServicePort    int           `yaml:"service_port"`
+	Scheme         string        `yaml:"scheme"`    // http (default) or https
+	Cost           float64       `yaml:"cost"`      // in CostUnit
+	CostUnit       string        `yaml:"cost_unit"` // gpu-hour (default) or mtok
+	Pricing        string        `yaml:"pricing"`   // spot or on-demand, informational
+	Capacity       int           `yaml:"capacity"`  // concurrent requests the cluster is sized for
+	Tags           []string      `yaml:"tags"`
+	CheckInterval  time.Duration `yaml:"check_interval"` // default 5s
+}
+
+// ResolveToken returns the Consul ACL token, "" for none.
+func (c ConsulConfig) ResolveToken() (string, error) {
+	if c.TokenEnv != "" {
+		if v := os.Getenv(c.TokenEnv); v != "" {
+			return v, nil
+		}
+	}
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("consul.token_file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", nil
 }
