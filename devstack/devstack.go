@@ -1,0 +1,290 @@
+// Package devstack runs the whole infergate topology in one process for
+// local development: simulated GPU pods (sim/fleet) in two regions of two
+// clusters each, a Tier 1 router per cluster and a Tier 2 front door with its
+// admin API, all on loopback with in-memory state. `infergate dev` prints how
+// to reach it; tests start it directly.
+package devstack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/infergate/infergate/sim/fleet"
+	"github.com/infergate/infergate/tier1/gateway"
+	"github.com/infergate/infergate/tier1/tier1config"
+)
+
+// Defaults for Options.
+const (
+	DefaultListen      = "127.0.0.1:8080"
+	DefaultAdminListen = "127.0.0.1:8081"
+	// TenantID is the tenant the generated API key belongs to.
+	TenantID = "dev"
+)
+
+// Options configure Start. Zero fields take defaults.
+type Options struct {
+	// Listen is Tier 2's OpenAI API address; port 0 picks a free one.
+	// Default DefaultListen.
+	Listen string
+	// AdminListen is the admin API's address; port 0 picks a free one.
+	// Default DefaultAdminListen.
+	AdminListen string
+	// TimeScale is real seconds per simulated second; default 1.
+	TimeScale float64
+	// APIKey is the dev tenant's key; generated when empty.
+	APIKey string
+	// AdminToken guards the admin API; generated when empty.
+	AdminToken string
+	// Clusters is the topology; default Topology().
+	Clusters []Cluster
+	// ReadyTimeout bounds the wait for Tier 2 to route; default 15s.
+	ReadyTimeout time.Duration
+	Logger       *slog.Logger // default: discard
+}
+
+// ClusterInfo is a running Tier 1 cluster.
+type ClusterInfo struct {
+	Cluster
+	URL  string   // the Tier 1 router, http://host:port
+	Pods []string // "name url" of each simulated pod
+}
+
+// Stack is a running local stack. Close stops it.
+type Stack struct {
+	// BaseURL is the OpenAI base URL of Tier 2, http://host:port/v1.
+	BaseURL string
+	// Addr is Tier 2's host:port.
+	Addr string
+	// APIKey authenticates as tenant TenantID.
+	APIKey string
+	// AdminURL is the admin API's base URL, http://host:port.
+	AdminURL   string
+	AdminToken string
+	// Tier1Token is what Tier 2 presents to every Tier 1.
+	Tier1Token string
+	Clusters   []ClusterInfo
+	TimeScale  float64
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	errc      chan error
+	closeOnce sync.Once
+	closeErr  error
+	cleanups  []func() error // run in reverse by Close
+}
+
+// Start starts the stack and returns once Tier 2 routes requests. The stack
+// stops when ctx ends or Close is called.
+func Start(ctx context.Context, opts Options) (st *Stack, err error) {
+	if opts.Listen == "" {
+		opts.Listen = DefaultListen
+	}
+	if opts.AdminListen == "" {
+		opts.AdminListen = DefaultAdminListen
+	}
+	if opts.TimeScale == 0 {
+		opts.TimeScale = 1
+	}
+	if opts.TimeScale < 0 {
+		return nil, fmt.Errorf("devstack: time scale %v must be positive", opts.TimeScale)
+	}
+	if opts.Clusters == nil {
+		opts.Clusters = Topology()
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = 15 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.APIKey == "" {
+		opts.APIKey = "sk-dev-" + randomHex(16)
+	}
+	if opts.AdminToken == "" {
+		opts.AdminToken = "adm-" + randomHex(16)
+	}
+	log := opts.Logger
+
+	ctx, cancel := context.WithCancel(ctx)
+	st = &Stack{
+		APIKey: opts.APIKey, AdminToken: opts.AdminToken, Tier1Token: "t1-" + randomHex(16),
+		TimeScale: opts.TimeScale, cancel: cancel, errc: make(chan error, 16),
+	}
+	defer func() {
+		if err != nil {
+			_ = st.Close()
+			st = nil
+		}
+	}()
+
+	// Listen first, so a busy port fails fast before anything starts.
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return st, fmt.Errorf("devstack: tier2 listen: %w", err)
+	}
+	st.cleanups = append(st.cleanups, ignoreClosed(ln.Close))
+	adminLn, err := net.Listen("tcp", opts.AdminListen)
+	if err != nil {
+		return st, fmt.Errorf("devstack: admin listen: %w", err)
+	}
+	st.cleanups = append(st.cleanups, ignoreClosed(adminLn.Close))
+	st.Addr = ln.Addr().String()
+	st.BaseURL = "http://" + st.Addr + "/v1"
+	st.AdminURL = "http://" + adminLn.Addr().String()
+
+	for _, c := range opts.Clusters {
+		info, err := st.startCluster(ctx, c, opts.TimeScale, log.With("cluster", c.Name))
+		if err != nil {
+			return st, fmt.Errorf("devstack: cluster %s: %w", c.Name, err)
+		}
+		st.Clusters = append(st.Clusters, info)
+	}
+	if err := st.startTier2(ctx, ln, adminLn, opts, log.With("component", "tier2")); err != nil {
+		return st, fmt.Errorf("devstack: tier2: %w", err)
+	}
+	if err := waitReady(ctx, "http://"+st.Addr+"/ready", opts.ReadyTimeout); err != nil {
+		return st, fmt.Errorf("devstack: tier2 not ready: %w", err)
+	}
+	log.Info("local stack ready", "tier2", st.Addr, "admin", st.AdminURL, "clusters", len(st.Clusters))
+	return st, nil
+}
+
+// startCluster starts a cluster's simulated pods and its Tier 1 router.
+func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64, log *slog.Logger) (ClusterInfo, error) {
+	info := ClusterInfo{Cluster: c}
+	f, err := fleet.Start(ctx, fleet.Config{TimeScale: timeScale, Host: "127.0.0.1", Pods: c.Pods, Logger: log.With("component", "sim")})
+	if err != nil {
+		return info, err
+	}
+	st.cleanups = append(st.cleanups, f.Close)
+
+	cfg := tier1config.Config{
+		Listen: "127.0.0.1:0", Cluster: c.Name, Region: c.Region,
+		Auth: tier1config.AuthConfig{Tokens: []string{st.Tier1Token}},
+		// A local stack needs no 50ms scrapes; this keeps a dozen pods
+		// cheap on a laptop.
+		Scrape: tier1config.ScrapeConfig{Interval: 100 * time.Millisecond},
+		Pools:  c.Pools,
+	}
+	for _, p := range f.Pods {
+		pc := p.Config()
+		pool := c.Pool(pc.ServedModelName)
+		if pool == "" {
+			return info, fmt.Errorf("pod %s serves %q, which no pool of the cluster declares", p.Spec.Name, pc.ServedModelName)
+		}
+		cfg.Pods = append(cfg.Pods, tier1config.PodConfig{Name: p.Spec.Name, Address: p.Addr, Pool: pool,
+			Engine: p.Spec.Engine, GPU: p.Spec.GPU})
+		info.Pods = append(info.Pods, p.Spec.Name+" "+p.URL)
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return info, fmt.Errorf("tier1 config: %w", err)
+	}
+	gw, err := gateway.New(ctx, &cfg, gateway.Options{Logger: log.With("component", "tier1")})
+	if err != nil {
+		return info, err
+	}
+	st.cleanups = append(st.cleanups, func() error { gw.Close(); return nil })
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return info, fmt.Errorf("tier1 listen: %w", err)
+	}
+	info.URL = "http://" + ln.Addr().String()
+	st.run(c.Name+" tier1", func() error { return gw.Serve(ctx, ln, 5*time.Second) })
+	return info, nil
+}
+
+// run runs f in the background; an error while the stack is up ends Wait.
+func (st *Stack) run(name string, f func() error) {
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		if err := f(); err != nil {
+			select {
+			case st.errc <- fmt.Errorf("%s: %w", name, err):
+			default:
+			}
+		}
+	}()
+}
+
+// Wait blocks until ctx ends (nil) or a component of the stack fails (its
+// error). Call Close afterwards.
+func (st *Stack) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-st.errc:
+		return err
+	}
+}
+
+// Close stops everything and waits for it. It is safe to call more than once.
+func (st *Stack) Close() error {
+	st.closeOnce.Do(func() {
+		st.cancel()
+		st.wg.Wait()
+		var errs []error
+		for i := len(st.cleanups) - 1; i >= 0; i-- {
+			if err := st.cleanups[i](); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		st.closeErr = errors.Join(errs...)
+	})
+	return st.closeErr
+}
+
+// waitReady polls url until it answers 200.
+func waitReady(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	var last error
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// ignoreClosed drops the error of closing an already closed listener (the
+// servers close theirs on shutdown).
+func ignoreClosed(f func() error) func() error {
+	return func() error {
+		if err := f(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	}
+}
