@@ -318,7 +318,7 @@ func (s *Scraper) reportMissing(tg *target, engine string, missing []string) {
 		}
 	}
 	if len(added) > 0 {
-		s.opts.Logger.Error("pod does not export metrics that enabled scorers need; those scorers treat the pod as unknown",
+		s.opts.Logger.Warn("pod does not export metrics that enabled scorers need; those scorers treat the pod as unknown",
 			"pod", tg.t.Name, "engine", engine, "metrics", added)
 	}
 	if len(gone) > 0 {
