@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/bench/workload"
+)
+
+func smallFleet() scenario.Fleet {
+	f := scenario.Fleet{
+		Model: "llama-3.1-8b",
+		Pods: []scenario.PodGroup{
+			{GPU: "h100", Count: 2},
+			{GPU: "a10g", Count: 2},
+		},
+	}
+	f.SetDefaults()
+	return f
+}
+
+func smallStream(seed uint64) workload.Stream {
+	s := scenario.Scenario{
+		Name:     "test",
+		Duration: 10 * time.Second,
+		Gen: scenario.Independent{
+			Arrivals: workload.Poisson{Rate: 8},
+			Prompt:   workload.LogNormal{Median: 600, P90Ratio: 2, Min: 16, Max: 3000},
+			Output:   workload.LogNormal{Median: 60, P90Ratio: 2, Min: 1, Max: 300},
+		},
+	}
+	return s.Stream(seed)
+}
+
+func mustPolicy(t *testing.T, name string) Policy {
+	t.Helper()
+	p, err := ParsePolicy(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRunIsDeterministic(t *testing.T) {
+	ctx := context.Background()
+	setup := Setup{Name: "test", Fleet: smallFleet()}
+	st := smallStream(7)
+	for _, name := range BuiltinPolicies() {
+		t.Run(name, func(t *testing.T) {
+			pol := mustPolicy(t, name)
+			a, err := Run(ctx, setup, pol, 7, st, Options{RecordLoad: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := Run(ctx, setup, pol, 7, st, Options{RecordLoad: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(a, b) {
+				t.Fatal("two runs of the same seed differ")
+			}
+			if a.Completed+a.Failed+a.Shed != a.Requests || a.Completed == 0 {
+				t.Errorf("completed %d + failed %d + shed %d != %d requests", a.Completed, a.Failed, a.Shed, a.Requests)
+			}
+			if len(a.TTFT) != a.Completed || a.OutputTokens == 0 || a.Makespan <= 0 || a.Load == nil || len(a.Load.Times) == 0 {
+				t.Errorf("incomplete measurements: %d TTFTs, %d tokens, makespan %v", len(a.TTFT), a.OutputTokens, a.Makespan)
+			}
+		})
+	}
+}
+
+func TestRoundRobinSpreadsEvenly(t *testing.T) {
+	setup := Setup{Name: "test", Fleet: smallFleet()}
+	r, err := Run(context.Background(), setup, mustPolicy(t, PolicyRoundRobin), 1, smallStream(1), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := math.MaxInt, 0
+	for _, n := range r.PodRequests {
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	if hi-lo > 1 {
+		t.Errorf("round-robin sent %v requests per pod; want within 1 of each other", r.PodRequests)
+	}
+}
+
+// TestInfergateKeepsPrefixTogether sends a light stream whose requests all
+// share one long system prompt over 8 identical pods: prefix affinity should
+// keep it on a few pods where round-robin uses all of them.
+func TestInfergateKeepsPrefixTogether(t *testing.T) {
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 8}}}
+	f.SetDefaults()
+	s := scenario.Scenario{
+		Name:     "prefix",
+		Duration: 20 * time.Second,
+		Gen: scenario.Independent{
+			Arrivals:     workload.Poisson{Rate: 3},
+			Prompt:       workload.LogNormal{Median: 100, P90Ratio: 1.5, Min: 16, Max: 400},
+			Output:       workload.LogNormal{Median: 20, Min: 1, Max: 50},
+			Prefixes:     1,
+			PrefixTokens: workload.LogNormal{Median: 3000},
+		},
+	}
+	st := s.Stream(3)
+	used := func(name string) (int, float64) {
+		r, err := Run(context.Background(), Setup{Name: "prefix", Fleet: f}, mustPolicy(t, name), 3, st, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range r.PodRequests {
+			if c > 0 {
+				n++
+			}
+		}
+		return n, r.PrefixHitRate
+	}
+	rrPods, rrHit := used(PolicyRoundRobin)
+	igPods, igHit := used(PolicyInfergate)
+	if rrPods != 8 {
+		t.Errorf("round-robin used %d pods, want 8", rrPods)
+	}
+	if igPods > 3 {
+		t.Errorf("infergate spread one shared prefix over %d pods, want ≤ 3", igPods)
+	}
+	if igHit <= rrHit {
+		t.Errorf("prefix hit rate infergate %.3f ≤ round-robin %.3f", igHit, rrHit)
+	}
+}
+
+func TestSaturationShedsSheddable(t *testing.T) {
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "a10g", Count: 1}}}
+	f.SetDefaults()
+	s := scenario.Scenario{
+		Name:     "overload",
+		Duration: 5 * time.Second,
+		Gen: scenario.Independent{
+			Arrivals:  workload.Poisson{Rate: 40},
+			Prompt:    workload.LogNormal{Median: 2000, Min: 16, Max: 3000},
+			Output:    workload.LogNormal{Median: 100, Min: 1, Max: 200},
+			Sheddable: 0.5,
+		},
+	}
+	st := s.Stream(1)
+	setup := Setup{Name: "overload", Fleet: f}
+	ig, err := Run(context.Background(), setup, mustPolicy(t, PolicyInfergate), 1, st, Options{MaxQueueWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ig.Shed == 0 {
+		t.Error("infergate shed nothing from an overloaded pod")
+	}
+	rr, err := Run(context.Background(), setup, mustPolicy(t, PolicyRoundRobin), 1, st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.Shed != 0 {
+		t.Errorf("round-robin (a plain Service) shed %d", rr.Shed)
+	}
+}
+
+func TestFloors(t *testing.T) {
+	f := smallFleet()
+	shared := workload.HashSegments([]workload.Segment{{Key: 1, Tokens: 2048}})
+	st := workload.Stream{Duration: time.Second, Requests: []workload.Request{
+		{ID: 0, PromptTokens: 2048, OutputTokens: 10, BlockHashes: shared},
+		{ID: 1, PromptTokens: 2048, OutputTokens: 10, BlockHashes: shared},
+		{ID: 2, PromptTokens: 200000, OutputTokens: 10}, // fits no pod
+	}}
+	fl, err := Floors(context.Background(), f, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(fl[0] > 0) || !(fl[1] < fl[0]) {
+		t.Errorf("floors %v: want the repeat prompt's floor below the first's", fl)
+	}
+	if !math.IsNaN(fl[2]) {
+		t.Errorf("floor of an unservable request = %v, want NaN", fl[2])
+	}
+	// The floor is a floor: no policy's TTFT for the first request beats it.
+	r, err := Run(context.Background(), Setup{Name: "f", Fleet: f}, mustPolicy(t, PolicyInfergate), 1, workload.Stream{Duration: time.Second, Requests: st.Requests[:1]}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TTFT[0] < fl[0]-1e-9 {
+		t.Errorf("TTFT %v below floor %v", r.TTFT[0], fl[0])
+	}
+}
+
+func TestComparisonIndependentOfParallelism(t *testing.T) {
+	run := func(par int) Outcome {
+		c := Comparison{
+			Setup:    Setup{Name: "test", Fleet: smallFleet()},
+			Policies: []Policy{mustPolicy(t, PolicyRoundRobin), mustPolicy(t, PolicyInfergate)},
+			Seeds:    []uint64{1, 2},
+			Stream:   func(seed uint64) (workload.Stream, error) { return smallStream(seed), nil },
+			Parallel: par,
+		}
+		out, err := c.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a, b := run(1), run(2)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("results depend on parallelism")
+	}
+	if len(a.Runs) != 4 || a.Runs[1].Policy != PolicyInfergate || a.Runs[2].Seed != 2 || len(a.Runs[0].Floor) == 0 {
+		t.Errorf("unexpected run layout")
+	}
+	if a.CapacityRPS <= 0 || a.OfferedRPS <= 0 {
+		t.Errorf("capacity %v, offered %v", a.CapacityRPS, a.OfferedRPS)
+	}
+}
+
+func TestComparisonCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c := Comparison{
+		Setup:    Setup{Name: "test", Fleet: smallFleet()},
+		Policies: []Policy{mustPolicy(t, PolicyRoundRobin)},
+		Seeds:    []uint64{1},
+		Stream:   func(seed uint64) (workload.Stream, error) { return smallStream(seed), nil },
+	}
+	if _, err := c.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte("base: gie\nscorers:\n  - name: running\n    weight: 1\n"), 0o644)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("scorers:\n  - name: no-such-scorer\n    weight: 1\n"), 0o644)
+	tests := []struct {
+		name    string
+		ok      bool
+		profile bool
+		queue   bool
+	}{
+		{PolicyRoundRobin, true, true, false},
+		{PolicyRandom, true, true, false},
+		{PolicyLeastRequest, true, false, false},
+		{PolicyGIEDefault, true, true, true},
+		{PolicyInfergate, true, true, true},
+		{good, true, true, true},
+		{bad, false, false, false},
+		{"nonsense", false, false, false},
+	}
+	for _, tt := range tests {
+		p, err := ParsePolicy(tt.name)
+		if (err == nil) != tt.ok {
+			t.Errorf("ParsePolicy(%q): err = %v, want ok = %v", tt.name, err, tt.ok)
+			continue
+		}
+		if tt.ok && ((p.Profile != nil) != tt.profile || p.Queue != tt.queue || p.Name != tt.name) {
+			t.Errorf("ParsePolicy(%q) = %+v", tt.name, p)
+		}
+	}
+}
+
+func TestMaxModelLen(t *testing.T) {
+	n, err := MaxModelLen(smallFleet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bounded by the A10G's KV cache, far below Llama's 128k context.
+	if n < 4000 || n > 131072 {
+		t.Errorf("MaxModelLen = %d", n)
+	}
+}
+
+// TestFleetFiles keeps the shipped fleet files loadable and servable.
+func TestFleetFiles(t *testing.T) {
+	files, err := filepath.Glob("fleets/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fleet files: %v", err)
+	}
+	for _, path := range files {
+		f, err := scenario.LoadFleet(path)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if _, err := MaxModelLen(f); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+}

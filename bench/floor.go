@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/bench/workload"
+	"github.com/infergate/infergate/sim/engine"
+)
+
+// Floors returns each request's no-queue TTFT floor in milliseconds: its
+// prefill alone on the fastest pod type that can serve it, with the best
+// cache it could have had. For each distinct pod type it replays the whole
+// stream one request at a time (each alone on the engine, one output
+// token) through the engine's own cost model, on an engine whose KV cache
+// never evicts, so a request finds cached every block of every earlier
+// prompt. NaN marks a request no pod type can serve.
+func Floors(ctx context.Context, f scenario.Fleet, stream workload.Stream) ([]float64, error) {
+	floors := make([]float64, len(stream.Requests))
+	for i := range floors {
+		floors[i] = math.Inf(1)
+	}
+	// Enough KV for every distinct prompt block plus the working set: the
+	// engine sizes its block index by capacity, so no larger.
+	distinct := map[uint64]struct{}{}
+	for i := range stream.Requests {
+		for _, h := range stream.Requests[i].BlockHashes {
+			distinct[h] = struct{}{}
+		}
+	}
+	seen := map[string]bool{}
+	for _, g := range f.Pods {
+		key := fmt.Sprintf("%s/%d/%d", g.GPU, g.TensorParallel, g.MaxNumSeqs)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		cfg, err := engineConfig(f, g)
+		if err != nil {
+			return nil, fmt.Errorf("floor: %w", err)
+		}
+		real, err := engine.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("floor: %s: %w", g.GPU, err)
+		}
+		// Every adapter resident, so the floor never pays an adapter swap
+		// beyond its first load, and a KV cache too large to evict, so each
+		// request finds every block any earlier prompt computed; the real
+		// pod's context limit still applies.
+		cfg.MaxLoras = max(len(f.Adapters), 1)
+		cfg.NumBlocks = real.Stats().NumBlocks + len(distinct)
+		cfg.MaxModelLen = real.MaxModelLen()
+		e, err := engine.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("floor: %s: %w", g.GPU, err)
+		}
+		loop := engine.NewLoop()
+		loop.Add(e)
+		reqs := stream.Requests
+		var next func(now time.Duration, i int)
+		next = func(now time.Duration, i int) {
+			for ; i < len(reqs); i++ {
+				if i%1024 == 0 && ctx.Err() != nil {
+					return
+				}
+				w := &reqs[i]
+				start := now
+				k := i
+				err := e.Submit(now, &engine.Request{
+					ID:           w.ID,
+					Adapter:      w.Adapter,
+					PromptTokens: w.PromptTokens,
+					BlockHashes:  w.BlockHashes,
+					MaxTokens:    1,
+					OnDone: func(at time.Duration, res engine.Result) {
+						if res.Err == nil {
+							floors[k] = math.Min(floors[k], ms(res.FirstTokenAt-start))
+						}
+						loop.At(at+time.Millisecond, func(now time.Duration) { next(now, k+1) })
+					},
+				})
+				if err == nil {
+					return // continue from OnDone
+				}
+			}
+		}
+		loop.At(0, func(now time.Duration) { next(now, 0) })
+		loop.Run(time.Duration(math.MaxInt64))
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	for i, v := range floors {
+		if math.IsInf(v, 1) {
+			floors[i] = math.NaN()
+		}
+	}
+	return floors, nil
+}
+
+// MaxModelLen is the longest prompt plus output every pod of the fleet
+// accepts (its smallest max model length), used to clamp traces whose
+// requests exceed what the fleet can serve.
+func MaxModelLen(f scenario.Fleet) (int, error) {
+	f.SetDefaults()
+	best := 0
+	for _, g := range f.Pods {
+		cfg, err := engineConfig(f, g)
+		if err != nil {
+			return 0, fmt.Errorf("fleet: %w", err)
+		}
+		e, err := engine.New(cfg)
+		if err != nil {
+			return 0, fmt.Errorf("fleet: %s: %w", g.GPU, err)
+		}
+		if n := e.MaxModelLen(); best == 0 || n < best {
+			best = n
+		}
+	}
+	return best, nil
+}

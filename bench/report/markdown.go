@@ -1,0 +1,133 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+)
+
+// UnmarshalJSON implements json.Unmarshaler: null decodes as NaN.
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Num(math.NaN())
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*n = Num(f)
+	return nil
+}
+
+// ReadJSON reads a report written by WriteJSON.
+func ReadJSON(path string) (Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Report{}, fmt.Errorf("read report: %w", err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Report{}, fmt.Errorf("report %s: %w", path, err)
+	}
+	return r, nil
+}
+
+// WriteMarkdown writes the comparison as a Markdown table (means ± 95% CI
+// half-widths) followed by infergate's relative changes.
+func (r Report) WriteMarkdown(w io.Writer) error {
+	fmt.Fprintf(w, "%d seed(s); TTFT SLO %s ms", r.Seeds, fmtNum(float64(r.TTFTSLOMs)))
+	if r.CapacityRPS > 0 {
+		fmt.Fprintf(w, "; offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s",
+			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))
+	}
+	fmt.Fprint(w, ".\n\n")
+	fmt.Fprintln(w, "| policy | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | ITL p50 ms | e2e p99 ms | output tok/s | goodput req/s | SLO met | prefix hit | failed | shed | floor p99 ms |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, p := range r.Policies {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Name,
+			fmtCI(p.TTFT.P50, p.CI95.TTFT.P50, ""),
+			fmtCI(p.TTFT.P95, p.CI95.TTFT.P95, ""),
+			fmtCI(p.TTFT.P99, p.CI95.TTFT.P99, ""),
+			fmtCI(p.ITL.P50, p.CI95.ITL.P50, ""),
+			fmtCI(p.E2E.P99, p.CI95.E2E.P99, ""),
+			fmtCI(p.OutputTokensPerS, p.CI95.OutputTokensPerS, ""),
+			fmtCI(p.GoodputRPS, p.CI95.GoodputRPS, ""),
+			fmtPct(float64(p.SLOAttainment)), fmtPct(float64(p.PrefixHitRate)),
+			fmtNum(float64(p.Failed)), fmtNum(float64(p.Shed)), fmtNum(float64(p.FloorTTFT.P99)))
+	}
+	if lines := r.Comparisons(); len(lines) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range lines {
+			fmt.Fprintf(w, "- %s\n", l)
+		}
+	}
+	return nil
+}
+
+// Target is one of the goals for infergate's P99 TTFT.
+type Target struct {
+	Scenario string
+	Baseline string
+	// MaxRatio is the largest acceptable infergate P99 / baseline P99.
+	MaxRatio float64
+	Goal     string
+}
+
+// Targets are the goals the benchmark reports against (never asserts):
+// AWS's headline claims for round-robin, and a margin over GIE's default.
+func Targets(scenarios []string) []Target {
+	var out []Target
+	for _, s := range scenarios {
+		switch {
+		case strings.HasPrefix(s, "mixed-gpu"), strings.HasPrefix(s, "bursty"):
+			out = append(out, Target{s, "round-robin", 0.02, "≥ 98% lower P99 TTFT than round-robin"})
+		case strings.HasPrefix(s, "shared-prefix"):
+			out = append(out, Target{s, "round-robin", 0.40, "≥ 60% lower P99 TTFT than round-robin"})
+		case strings.HasPrefix(s, "uniform"):
+			out = append(out, Target{s, "round-robin", 1.03, "≤ 3% worse P99 TTFT than round-robin"})
+		}
+		out = append(out, Target{s, "gie-default", 0.70, "P99 TTFT ≤ 0.7× gie-default"})
+	}
+	return out
+}
+
+// WriteTargets writes a Markdown table of each target, the measured ratio
+// and whether it was met, with the best ratio any router could reach: the
+// no-queue floor's P99 over the baseline's P99. (Each request's TTFT is at
+// least its floor, so the P99 of TTFTs is at least the P99 of floors.)
+func WriteTargets(w io.Writer, reports []Report) error {
+	byName := map[string]Report{}
+	var names []string
+	for _, r := range reports {
+		byName[r.Scenario] = r
+		names = append(names, r.Scenario)
+	}
+	fmt.Fprintln(w, "| scenario | target | infergate P99 ms | baseline P99 ms | ratio | change | floor-bound ratio | met? |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|---|")
+	for _, t := range Targets(names) {
+		r := byName[t.Scenario]
+		ig, ok1 := r.Find("infergate")
+		b, ok2 := r.Find(t.Baseline)
+		if !ok1 || !ok2 {
+			fmt.Fprintf(w, "| %s | %s | — | — | — | — | — | not run |\n", t.Scenario, t.Goal)
+			continue
+		}
+		ratio := float64(ig.TTFT.P99) / float64(b.TTFT.P99)
+		met := "yes"
+		if !(ratio <= t.MaxRatio) {
+			met = fmt.Sprintf("**no** (needs ≤ %.2f×, off by %.2f×)", t.MaxRatio, ratio/t.MaxRatio)
+		}
+		bound := float64(ig.FloorTTFT.P99) / float64(b.TTFT.P99)
+		if bound > t.MaxRatio {
+			met += " — out of reach: the floor alone exceeds it"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.3f× | %s | %.3f× | %s |\n", t.Scenario, t.Goal,
+			fmtCI(ig.TTFT.P99, ig.CI95.TTFT.P99, ""), fmtCI(b.TTFT.P99, b.CI95.TTFT.P99, ""),
+			ratio, fmtChange(ratio-1), bound, met)
+	}
+	return nil
+}

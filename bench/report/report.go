@@ -1,0 +1,322 @@
+// Package report turns the routing benchmark's per-run measurements into
+// per-policy summaries with 95% confidence intervals over seeds, and renders
+// them as a table, JSON and hand-written SVG plots.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/infergate/infergate/bench/stats"
+)
+
+// Run is what one simulation (one policy, one seed) measured.
+type Run struct {
+	Policy string
+	Seed   uint64
+	// Per completed request, in milliseconds.
+	TTFT, E2E, ITL []float64
+	// Floor is each request's no-queue TTFT floor in milliseconds (all
+	// requests, whatever happened to them).
+	Floor        []float64
+	Requests     int // requests in the stream
+	Completed    int
+	Failed       int // rejected or aborted by a pod
+	Shed         int // shed by the router under saturation
+	MetSLO       int // completed with TTFT ≤ the SLO
+	OutputTokens int
+	// Makespan is the virtual time from the first arrival to the last
+	// completion; throughput is measured over it.
+	Makespan      time.Duration
+	PrefixHitRate float64 // prompt tokens served from prefix cache / prompt tokens, over all pods
+	Load          *Load   // per-pod load over time, nil when not recorded
+	PodRequests   []int   // requests dispatched to each pod
+}
+
+// Load samples each pod's load (waiting + running requests on the server)
+// over time.
+type Load struct {
+	Pods  []string
+	GPUs  []string
+	Times []time.Duration
+	// Values[i][p] is pod p's load at Times[i].
+	Values [][]int
+}
+
+// Num is a float64 that encodes NaN and ±Inf as JSON null.
+type Num float64
+
+// MarshalJSON implements json.Marshaler.
+func (n Num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, math.Round(f*1000)/1000, 'f', -1, 64), nil
+}
+
+// Quantiles are the reported percentiles of a latency, in milliseconds.
+type Quantiles struct {
+	P50 Num `json:"p50"`
+	P95 Num `json:"p95"`
+	P99 Num `json:"p99"`
+}
+
+// CI95 holds the half-widths of the 95% confidence intervals of the
+// corresponding Policy fields (null with a single seed).
+type CI95 struct {
+	TTFT             Quantiles `json:"ttft_ms"`
+	E2E              Quantiles `json:"e2e_ms"`
+	ITL              Quantiles `json:"itl_ms"`
+	OutputTokensPerS Num       `json:"output_tokens_per_s"`
+	GoodputRPS       Num       `json:"goodput_rps"`
+	SLOAttainment    Num       `json:"slo_attainment"`
+	PrefixHitRate    Num       `json:"prefix_hit_rate"`
+	Failed           Num       `json:"failed"`
+	Shed             Num       `json:"shed"`
+}
+
+// Policy is one policy's results: each figure is the mean over seeds of the
+// per-seed value (percentiles are taken per seed, then averaged).
+type Policy struct {
+	Name             string    `json:"name"`
+	TTFT             Quantiles `json:"ttft_ms"`
+	E2E              Quantiles `json:"e2e_ms"`
+	ITL              Quantiles `json:"itl_ms"`
+	OutputTokensPerS Num       `json:"output_tokens_per_s"`
+	GoodputRPS       Num       `json:"goodput_rps"`    // completed within the TTFT SLO, per second
+	SLOAttainment    Num       `json:"slo_attainment"` // fraction of all requests within the TTFT SLO
+	PrefixHitRate    Num       `json:"prefix_hit_rate"`
+	Failed           Num       `json:"failed"` // per seed
+	Shed             Num       `json:"shed"`   // per seed
+	Requests         Num       `json:"requests"`
+	FloorTTFT        Quantiles `json:"floor_ttft_ms"` // no-queue floor
+	CI95             CI95      `json:"ci95"`
+	Seeds            int       `json:"seeds"`
+
+	runs []Run
+}
+
+// Report is one scenario's comparison; its JSON form is what --json prints.
+type Report struct {
+	Scenario  string `json:"scenario"`
+	Seeds     int    `json:"seeds"`
+	TTFTSLOMs Num    `json:"ttft_slo_ms"`
+	// OfferedRPS is the mean arrival rate; CapacityRPS the fleet's
+	// saturated throughput on the same mix; Utilisation their ratio.
+	OfferedRPS  Num `json:"offered_rps"`
+	CapacityRPS Num `json:"capacity_rps"`
+	Utilisation Num `json:"utilisation"`
+	// EvenSplitUtilisation is the busiest pod type's utilisation under an
+	// even split of requests (round-robin's), > 1 meaning overload.
+	EvenSplitUtilisation Num      `json:"even_split_utilisation"`
+	Policies             []Policy `json:"policies"`
+}
+
+// Summarize aggregates runs (any order) into a Report, keeping policies in
+// the order given.
+func Summarize(scenario string, slo time.Duration, policies []string, runs []Run) Report {
+	rep := Report{Scenario: scenario, TTFTSLOMs: Num(float64(slo) / float64(time.Millisecond)), Utilisation: Num(math.NaN()), EvenSplitUtilisation: Num(math.NaN())}
+	for _, name := range policies {
+		var rs []Run
+		for _, r := range runs {
+			if r.Policy == name {
+				rs = append(rs, r)
+			}
+		}
+		slices.SortFunc(rs, func(a, b Run) int {
+			switch {
+			case a.Seed < b.Seed:
+				return -1
+			case a.Seed > b.Seed:
+				return 1
+			}
+			return 0
+		})
+		rep.Policies = append(rep.Policies, summarizePolicy(name, rs))
+		rep.Seeds = max(rep.Seeds, len(rs))
+	}
+	return rep
+}
+
+func summarizePolicy(name string, rs []Run) Policy {
+	p := Policy{Name: name, Seeds: len(rs), runs: rs}
+	per := func(f func(Run) float64) stats.CI {
+		xs := make([]float64, len(rs))
+		for i, r := range rs {
+			xs[i] = f(r)
+		}
+		return stats.CI95(xs)
+	}
+	quant := func(get func(Run) []float64) (m, h Quantiles) {
+		at := func(q float64) stats.CI {
+			return per(func(r Run) float64 { return stats.Percentile(get(r), q) })
+		}
+		c50, c95, c99 := at(50), at(95), at(99)
+		m = Quantiles{Num(c50.Mean), Num(c95.Mean), Num(c99.Mean)}
+		h = Quantiles{Num(c50.HalfWidth), Num(c95.HalfWidth), Num(c99.HalfWidth)}
+		return m, h
+	}
+	set := func(m, h *Num, f func(Run) float64) {
+		c := per(f)
+		*m, *h = Num(c.Mean), Num(c.HalfWidth)
+	}
+	p.TTFT, p.CI95.TTFT = quant(func(r Run) []float64 { return r.TTFT })
+	p.E2E, p.CI95.E2E = quant(func(r Run) []float64 { return r.E2E })
+	p.ITL, p.CI95.ITL = quant(func(r Run) []float64 { return r.ITL })
+	p.FloorTTFT, _ = quant(func(r Run) []float64 { return r.Floor })
+	set(&p.OutputTokensPerS, &p.CI95.OutputTokensPerS, func(r Run) float64 {
+		return float64(r.OutputTokens) / r.Makespan.Seconds()
+	})
+	set(&p.GoodputRPS, &p.CI95.GoodputRPS, func(r Run) float64 { return float64(r.MetSLO) / r.Makespan.Seconds() })
+	set(&p.SLOAttainment, &p.CI95.SLOAttainment, func(r Run) float64 { return float64(r.MetSLO) / float64(max(r.Requests, 1)) })
+	set(&p.PrefixHitRate, &p.CI95.PrefixHitRate, func(r Run) float64 { return r.PrefixHitRate })
+	set(&p.Failed, &p.CI95.Failed, func(r Run) float64 { return float64(r.Failed) })
+	set(&p.Shed, &p.CI95.Shed, func(r Run) float64 { return float64(r.Shed) })
+	p.Requests = Num(per(func(r Run) float64 { return float64(r.Requests) }).Mean)
+	return p
+}
+
+// SetLoad records the offered load, the fleet's capacity and the busiest
+// pod type's utilisation under an even split.
+func (r *Report) SetLoad(offered, capacity, evenSplit float64) {
+	r.OfferedRPS, r.CapacityRPS, r.EvenSplitUtilisation = Num(offered), Num(capacity), Num(evenSplit)
+	if capacity > 0 {
+		r.Utilisation = Num(offered / capacity)
+	}
+}
+
+// Runs returns the runs a policy summary was built from, by seed.
+func (p Policy) Runs() []Run { return p.runs }
+
+// WriteJSON writes the report as indented JSON.
+func (r Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	return nil
+}
+
+func fmtCI(m, h Num, unit string) string {
+	mv, hv := float64(m), float64(h)
+	if math.IsNaN(mv) {
+		return "—"
+	}
+	s := fmtNum(mv) + unit
+	if !math.IsNaN(hv) {
+		s += " ±" + fmtNum(hv)
+	}
+	return s
+}
+
+func fmtNum(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+// WriteTable writes a human-readable comparison: means over seeds with the
+// 95% CI half-width after ±.
+func (r Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "scenario %s: %d seed(s), TTFT SLO %v ms; mean over seeds ± 95%% CI half-width\n",
+		r.Scenario, r.Seeds, fmtNum(float64(r.TTFTSLOMs)))
+	if r.CapacityRPS > 0 {
+		fmt.Fprintf(w, "offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s\n",
+			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\tTTFT p50 ms\tTTFT p95 ms\tTTFT p99 ms\tITL p50 ms\te2e p99 ms\tout tok/s\tgoodput req/s\tSLO met\tprefix hit\tfailed\tshed\tfloor p99 ms\t")
+	for _, p := range r.Policies {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Name,
+			fmtCI(p.TTFT.P50, p.CI95.TTFT.P50, ""),
+			fmtCI(p.TTFT.P95, p.CI95.TTFT.P95, ""),
+			fmtCI(p.TTFT.P99, p.CI95.TTFT.P99, ""),
+			fmtCI(p.ITL.P50, p.CI95.ITL.P50, ""),
+			fmtCI(p.E2E.P99, p.CI95.E2E.P99, ""),
+			fmtCI(p.OutputTokensPerS, p.CI95.OutputTokensPerS, ""),
+			fmtCI(p.GoodputRPS, p.CI95.GoodputRPS, ""),
+			fmtPct(float64(p.SLOAttainment)),
+			fmtPct(float64(p.PrefixHitRate)),
+			fmtNum(float64(p.Failed)), fmtNum(float64(p.Shed)),
+			fmtNum(float64(p.FloorTTFT.P99)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if lines := r.Comparisons(); len(lines) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+	}
+	return nil
+}
+
+func fmtPct(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	return strconv.FormatFloat(v*100, 'f', 1, 64) + "%"
+}
+
+// Find returns the named policy's summary.
+func (r Report) Find(name string) (Policy, bool) {
+	for _, p := range r.Policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Policy{}, false
+}
+
+// Change is the relative change of x against base: −0.97 is 97% lower.
+func Change(x, base Num) float64 {
+	return (float64(x) - float64(base)) / float64(base)
+}
+
+// Comparisons describes infergate's P95/P99 TTFT and throughput against the
+// baselines present in the report.
+func (r Report) Comparisons() []string {
+	ig, ok := r.Find("infergate")
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, base := range []string{"round-robin", "gie-default", "least-request", "random"} {
+		b, ok := r.Find(base)
+		if !ok {
+			continue
+		}
+		out = append(out, fmt.Sprintf("infergate vs %s: P95 TTFT %s, P99 TTFT %s (ratio %.3f×), output tokens/s %s",
+			base, fmtChange(Change(ig.TTFT.P95, b.TTFT.P95)), fmtChange(Change(ig.TTFT.P99, b.TTFT.P99)),
+			float64(ig.TTFT.P99)/float64(b.TTFT.P99), fmtChange(Change(ig.OutputTokensPerS, b.OutputTokensPerS))))
+	}
+	return out
+}
+
+func fmtChange(c float64) string {
+	if math.IsNaN(c) || math.IsInf(c, 0) {
+		return "n/a"
+	}
+	s := strconv.FormatFloat(c*100, 'f', 1, 64) + "%"
+	if c >= 0 {
+		s = "+" + s
+	}
+	return strings.Replace(s, "-", "−", 1)
+}

@@ -1,0 +1,248 @@
+package scenario
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/bench/workload"
+)
+
+// Sizes are calibrated so each AWS analogue simulates one seed in well under
+// 60 s of wall time on a 2-core machine while keeping the fleet busy (see
+// Utilisation and docs/benchmarks.md).
+
+func mixedGPU8B() Scenario {
+	return Scenario{
+		Name:    "mixed-gpu-8b",
+		Summary: "Llama-3.1-8B on 4 H100 + 4 A10G pods, Poisson arrivals",
+		AWS:     "mixed GPU generations, Llama-3.1-8B",
+		Fleet: Fleet{
+			Model: "llama-3.1-8b",
+			Pods: []PodGroup{
+				{GPU: "h100", Count: 4, TensorParallel: 1},
+				{GPU: "a10g", Count: 4, TensorParallel: 1},
+			},
+			TTFTSLO: time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals: workload.Poisson{Rate: 7.5},
+			Prompt:   workload.LogNormal{Median: 800, P90Ratio: 3, Min: 16, Max: 6000},
+			Output:   workload.LogNormal{Median: 180, P90Ratio: 3, Min: 1, Max: 1024},
+		},
+	}
+}
+
+func mixedGPU32B() Scenario {
+	return Scenario{
+		Name:    "mixed-gpu-32b",
+		Summary: "Qwen3-32B on 2 H100 TP=2, 2 H100 TP=1 and 3 × (4×A10G, TP=4) pods, Poisson arrivals",
+		AWS:     "mixed GPU generations, Qwen3-32B",
+		Fleet: Fleet{
+			Model: "qwen3-32b",
+			Pods: []PodGroup{
+				{GPU: "h100", Count: 2, TensorParallel: 2},
+				{GPU: "h100", Count: 2, TensorParallel: 1},
+				{GPU: "a10g", Count: 3, TensorParallel: 4},
+			},
+			TTFTSLO: 2 * time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals: workload.Poisson{Rate: 7},
+			Prompt:   workload.LogNormal{Median: 800, P90Ratio: 3, Min: 16, Max: 6000},
+			Output:   workload.LogNormal{Median: 180, P90Ratio: 3, Min: 1, Max: 1024},
+		},
+	}
+}
+
+func bursty70B() Scenario {
+	return Scenario{
+		Name:    "bursty-70b",
+		Summary: "Llama-3.1-70B on 4 H100 TP=4 pods, on/off bursts (10 s at 25 req/s, 20 s at 2 req/s)",
+		AWS:     "bursty, Llama-3.1-70B",
+		Fleet: Fleet{
+			Model:   "llama-3.1-70b",
+			Pods:    []PodGroup{{GPU: "h100", Count: 4, TensorParallel: 4}},
+			TTFTSLO: 2 * time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals: workload.OnOff{OnRate: 25, OffRate: 2, On: 10 * time.Second, Off: 20 * time.Second},
+			Prompt:   workload.LogNormal{Median: 1000, P90Ratio: 3, Min: 16, Max: 8000},
+			Output:   workload.LogNormal{Median: 200, P90Ratio: 3, Min: 1, Max: 1024},
+		},
+	}
+}
+
+func bursty235B() Scenario {
+	return Scenario{
+		Name:    "bursty-235b",
+		Summary: "Qwen3-235B-A22B (MoE) on 3 H100 TP=8 pods, on/off bursts (10 s at 48 req/s, 20 s at 4 req/s)",
+		AWS:     "bursty, Qwen3-235B",
+		Fleet: Fleet{
+			Model:   "qwen3-235b-a22b",
+			Pods:    []PodGroup{{GPU: "h100", Count: 3, TensorParallel: 8}},
+			TTFTSLO: 2 * time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals: workload.OnOff{OnRate: 48, OffRate: 4, On: 10 * time.Second, Off: 20 * time.Second},
+			Prompt:   workload.LogNormal{Median: 1000, P90Ratio: 3, Min: 16, Max: 8000},
+			Output:   workload.LogNormal{Median: 200, P90Ratio: 3, Min: 1, Max: 1024},
+		},
+	}
+}
+
+func sharedPrefix8B() Scenario {
+	return Scenario{
+		Name:    "shared-prefix-8b",
+		Summary: "Llama-3.1-8B on 8 A10G pods; 90% of requests start with one of 16 long system prompts (Zipf)",
+		AWS:     "shared prompt prefixes, Llama-3.1-8B",
+		Fleet: Fleet{
+			Model:   "llama-3.1-8b",
+			Pods:    []PodGroup{{GPU: "a10g", Count: 8, TensorParallel: 1}},
+			TTFTSLO: time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals:       workload.Poisson{Rate: 5.5},
+			Prompt:         workload.LogNormal{Median: 150, P90Ratio: 2.5, Min: 8, Max: 2000},
+			Output:         workload.LogNormal{Median: 120, P90Ratio: 3, Min: 1, Max: 512},
+			Prefixes:       16,
+			PrefixTokens:   workload.LogNormal{Median: 4000, P90Ratio: 1.5, Min: 1024, Max: 7000},
+			PrefixZipf:     0.8,
+			PrefixFraction: 0.9,
+		},
+	}
+}
+
+func uniform235B() Scenario {
+	return Scenario{
+		Name:    "uniform-235b",
+		Summary: "Qwen3-235B-A22B on 3 identical H100 TP=8 pods, steady Poisson load, no shared prefixes",
+		AWS:     "uniform fleet, steady load, Qwen3-235B",
+		Fleet: Fleet{
+			Model:   "qwen3-235b-a22b",
+			Pods:    []PodGroup{{GPU: "h100", Count: 3, TensorParallel: 8}},
+			TTFTSLO: 2 * time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals: workload.Poisson{Rate: 24},
+			Prompt:   workload.LogNormal{Median: 1000, P90Ratio: 3, Min: 16, Max: 8000},
+			Output:   workload.LogNormal{Median: 200, P90Ratio: 3, Min: 1, Max: 1024},
+		},
+	}
+}
+
+func multiTurnChat() Scenario {
+	return Scenario{
+		Name:    "multi-turn-chat",
+		Summary: "Llama-3.1-8B on 8 A10G pods; chat sessions whose prompts grow turn by turn",
+		Fleet: Fleet{
+			Model:   "llama-3.1-8b",
+			Pods:    []PodGroup{{GPU: "a10g", Count: 8, TensorParallel: 1}},
+			TTFTSLO: time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Chat{
+			SessionRate:  0.6,
+			Turns:        workload.LogNormal{Median: 6, P90Ratio: 2, Min: 2, Max: 20},
+			User:         workload.LogNormal{Median: 120, P90Ratio: 3, Min: 4, Max: 2000},
+			Output:       workload.LogNormal{Median: 200, P90Ratio: 2.5, Min: 8, Max: 800},
+			Think:        5 * time.Second,
+			SystemPrompt: workload.LogNormal{Median: 800, P90Ratio: 1.5, Min: 256, Max: 2000},
+			Systems:      4,
+			MaxPrompt:    12000,
+		},
+	}
+}
+
+func manyLoRA() Scenario {
+	return Scenario{
+		Name:    "many-lora",
+		Summary: "Llama-3.1-8B on 8 H100 pods with 4 adapter slots each; 48 adapters with Zipf popularity",
+		Fleet: Fleet{
+			Model:    "llama-3.1-8b",
+			Pods:     []PodGroup{{GPU: "h100", Count: 8, TensorParallel: 1, MaxLoras: 4}},
+			Adapters: Adapters(48),
+			TTFTSLO:  time.Second,
+		},
+		Duration: 5 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals:        workload.Poisson{Rate: 30},
+			Prompt:          workload.LogNormal{Median: 600, P90Ratio: 3, Min: 16, Max: 4000},
+			Output:          workload.LogNormal{Median: 150, P90Ratio: 3, Min: 1, Max: 512},
+			AdapterZipf:     1.0,
+			AdapterFraction: 0.9,
+		},
+	}
+}
+
+func scale1000() Scenario {
+	return Scenario{
+		Name:    "scale-1000",
+		Summary: "Llama-3.1-8B on 1,000 pods (600 H100, 400 A10G), Poisson arrivals",
+		Fleet: Fleet{
+			Model: "llama-3.1-8b",
+			Pods: []PodGroup{
+				{GPU: "h100", Count: 600, TensorParallel: 1},
+				{GPU: "a10g", Count: 400, TensorParallel: 1},
+			},
+			TTFTSLO: time.Second,
+		},
+		Duration: 20 * time.Second,
+		Drain:    30 * time.Minute,
+		Gen: Independent{
+			Arrivals: workload.Poisson{Rate: 1750},
+			Prompt:   workload.LogNormal{Median: 800, P90Ratio: 3, Min: 16, Max: 6000},
+			Output:   workload.LogNormal{Median: 180, P90Ratio: 3, Min: 1, Max: 1024},
+		},
+	}
+}
+
+var catalog = []func() Scenario{
+	mixedGPU8B, mixedGPU32B, bursty70B, bursty235B, sharedPrefix8B, uniform235B,
+	multiTurnChat, manyLoRA, scale1000,
+}
+
+// All returns every scenario, the six AWS analogues first.
+func All() []Scenario {
+	out := make([]Scenario, len(catalog))
+	for i, f := range catalog {
+		out[i] = f()
+	}
+	return out
+}
+
+// Names returns the scenario names in catalogue order.
+func Names() []string {
+	var out []string
+	for _, s := range All() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// Get returns the named scenario.
+func Get(name string) (Scenario, error) {
+	for _, s := range All() {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	names := Names()
+	sort.Strings(names)
+	return Scenario{}, fmt.Errorf("unknown scenario %q (have %s)", name, strings.Join(names, ", "))
+}

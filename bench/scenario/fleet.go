@@ -1,0 +1,81 @@
+package scenario
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/infergate/infergate/shared/config"
+)
+
+// PodGroup is Count identical pods.
+type PodGroup struct {
+	GPU            string `yaml:"gpu"` // sim/profile GPU name
+	Count          int    `yaml:"count"`
+	TensorParallel int    `yaml:"tensor_parallel"` // 0 means 1
+	MaxNumSeqs     int    `yaml:"max_num_seqs"`    // 0 means the engine default
+	MaxLoras       int    `yaml:"max_loras"`       // adapter slots, 0 = no LoRA
+}
+
+// Fleet is the simulated pool: one base model on groups of pods. It is also
+// the --fleet YAML file for trace runs.
+type Fleet struct {
+	Model    string     `yaml:"model"` // sim/profile model name
+	Pods     []PodGroup `yaml:"pods"`
+	Adapters []string   `yaml:"adapters"` // LoRA adapters requests may name
+	// TTFTSLO is the goodput objective; 0 means 2 s.
+	TTFTSLO time.Duration `yaml:"ttft_slo"`
+}
+
+// SetDefaults implements config.Defaulter.
+func (f *Fleet) SetDefaults() {
+	for i := range f.Pods {
+		if f.Pods[i].TensorParallel == 0 {
+			f.Pods[i].TensorParallel = 1
+		}
+	}
+	if f.TTFTSLO == 0 {
+		f.TTFTSLO = 2 * time.Second
+	}
+}
+
+// Validate implements config.Validator.
+func (f *Fleet) Validate() error {
+	var errs []error
+	if f.Model == "" {
+		errs = append(errs, errors.New("model is required"))
+	}
+	if len(f.Pods) == 0 {
+		errs = append(errs, errors.New("pods: at least one group is required"))
+	}
+	for i, g := range f.Pods {
+		if g.GPU == "" {
+			errs = append(errs, fmt.Errorf("pods[%d].gpu is required", i))
+		}
+		if g.Count < 1 {
+			errs = append(errs, fmt.Errorf("pods[%d].count must be ≥ 1", i))
+		}
+		if g.TensorParallel < 1 || g.MaxNumSeqs < 0 || g.MaxLoras < 0 {
+			errs = append(errs, fmt.Errorf("pods[%d]: tensor_parallel must be ≥ 1, max_num_seqs and max_loras ≥ 0", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Size is the number of pods.
+func (f Fleet) Size() int {
+	n := 0
+	for _, g := range f.Pods {
+		n += g.Count
+	}
+	return n
+}
+
+// LoadFleet reads a fleet YAML file strictly.
+func LoadFleet(path string) (Fleet, error) {
+	var f Fleet
+	if err := config.Load(path, &f); err != nil {
+		return Fleet{}, fmt.Errorf("fleet: %w", err)
+	}
+	return f, nil
+}
