@@ -31,6 +31,7 @@ lint:
 ## tools: build the real tools the tests need (Consul, staticcheck, ...), cached in $(TOOLS_BIN).
 tools:
 	@./scripts/tools.sh
+	@./scripts/deploy-tools.sh
 
 ## run: the all-in-one local stack on embedded defaults.
 run: build

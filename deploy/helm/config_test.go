@@ -1,0 +1,117 @@
+package helm
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/tier1/tier1config"
+)
+
+// tier1ConfigAsRendered applies what templates/configmap.yaml adds to
+// .Values.config: listen and auth.token_env when absent.
+func tier1ConfigAsRendered(t *testing.T, valuesFiles ...string) []byte {
+	t.Helper()
+	values := map[string]any{}
+	for _, f := range valuesFiles {
+		var v map[string]any
+		readYAML(t, f, &v)
+		mergeValues(values, v)
+	}
+	cfg, _ := values["config"].(map[string]any)
+	if cfg == nil {
+		t.Fatal("values have no config")
+	}
+	if _, ok := cfg["listen"]; !ok {
+		cfg["listen"] = fmt.Sprintf(":%v", values["containerPort"])
+	}
+	auth, _ := cfg["auth"].(map[string]any)
+	if auth == nil {
+		auth = map[string]any{}
+	}
+	if _, ok := auth["token_env"]; !ok && auth["disabled"] != true {
+		auth["token_env"] = values["auth"].(map[string]any)["tokenEnv"]
+	}
+	cfg["auth"] = auth
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// mergeValues merges src into dst the way Helm merges values files.
+func mergeValues(dst, src map[string]any) {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				mergeValues(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+// TestTier1ChartConfigIsValid decodes the configuration the Tier 1 chart
+// ships (default values and each ci/*.yaml) with the real Tier 1 loader, so
+// the chart cannot drift from the config format.
+func TestTier1ChartConfigIsValid(t *testing.T) {
+	chart := "infergate-tier1"
+	base := filepath.Join(chart, "values.yaml")
+	sets := [][]string{{base}}
+	ci, _ := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
+	for _, f := range ci {
+		sets = append(sets, []string{base, f})
+	}
+	for _, files := range sets {
+		data := tier1ConfigAsRendered(t, files...)
+		var cfg tier1config.Config
+		if err := config.Decode(fmt.Sprint(files), data, &cfg); err != nil {
+			t.Errorf("%v: %v\n%s", files, err, data)
+		}
+	}
+}
+
+// TestTier1ChartConfigRendered does the same on the ConfigMap helm really
+// renders, when helm is installed.
+func TestTier1ChartConfigRendered(t *testing.T) {
+	helm := filepath.Join(toolsBin(), "helm")
+	if !findTool("helm") {
+		t.Skip("helm not installed (run scripts/deploy-tools.sh)")
+	}
+	if _, err := exec.LookPath(helm); err != nil {
+		helm = "helm"
+	}
+	args := [][]string{nil}
+	ci, _ := filepath.Glob(filepath.Join("infergate-tier1", "ci", "*.yaml"))
+	for _, f := range ci {
+		args = append(args, []string{"-f", f})
+	}
+	for _, extra := range args {
+		cmdArgs := append([]string{"template", "t", "infergate-tier1", "-s", "templates/configmap.yaml"}, extra...)
+		out, err := exec.Command(helm, cmdArgs...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %v: %v\n%s", cmdArgs, err, out)
+		}
+		var cm struct {
+			Data map[string]string `yaml:"data"`
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(out))
+		if err := dec.Decode(&cm); err != nil {
+			t.Fatalf("helm %v: %v", cmdArgs, err)
+		}
+		var cfg tier1config.Config
+		if err := config.Decode("rendered tier1.yaml", []byte(cm.Data["tier1.yaml"]), &cfg); err != nil {
+			t.Errorf("helm %v: %v\n%s", cmdArgs, err, cm.Data["tier1.yaml"])
+		}
+		if cfg.Listen != ":8080" || cfg.Auth.TokenEnv != "INFERGATE_TOKEN" {
+			t.Errorf("helm %v: listen %q token_env %q", cmdArgs, cfg.Listen, cfg.Auth.TokenEnv)
+		}
+	}
+}

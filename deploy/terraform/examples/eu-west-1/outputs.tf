@@ -1,0 +1,19 @@
+output "endpoint_dns" {
+  description = "Point api.<your domain> (eu-west-1) at this name."
+  value       = module.tier2.endpoint_dns
+}
+
+output "admin_url" {
+  description = "Admin API base URL."
+  value       = module.tier2.admin_url
+}
+
+output "redis_endpoint" {
+  description = "ElastiCache primary endpoint."
+  value       = module.tier2.redis_endpoint
+}
+
+output "service_name" {
+  description = "ECS service name."
+  value       = module.tier2.service_name
+}
