@@ -148,8 +148,7 @@ type grafanaPanel struct {
 }
 
 func TestDashboards(t *testing.T) {
-	// Metrics Tier 1 and Tier 2 export today, plus the planned per-pod
-	// queue/KV gauges and Tier 2 rate-limit/cost counters.
+	// Metrics Tier 1 and Tier 2 export (each dashboard must use them).
 	wantMetrics := map[string][]string{
 		"infergate-tier1": {
 			"infergate_requests_total", "infergate_ttft_seconds_bucket", "infergate_request_duration_seconds_bucket",

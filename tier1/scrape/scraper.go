@@ -396,13 +396,27 @@ func (s *Scraper) fetchModels(ctx context.Context, t Target) ([]Model, error) {
 }
 
 // ageCollector exports the age of each pod's last successful scrape,
-// computed at collection time so it keeps growing while a pod is down.
+// computed at collection time so it keeps growing while a pod is down, and
+// the scraped state the scorers read, so dashboards show what the router saw.
 type ageCollector struct{ s *Scraper }
 
-var ageDesc = prometheus.NewDesc("infergate_scrape_age_seconds",
-	"Seconds since the pod's /metrics was last scraped successfully (-1: never).", []string{"pod"}, nil)
+var (
+	ageDesc = prometheus.NewDesc("infergate_scrape_age_seconds",
+		"Seconds since the pod's /metrics was last scraped successfully (-1: never).", []string{"pod"}, nil)
+	queueDesc = prometheus.NewDesc("infergate_pod_queue_depth",
+		"Requests waiting on the pod's server, as last scraped.", []string{"pod"}, nil)
+	runningDesc = prometheus.NewDesc("infergate_pod_running",
+		"Requests running on the pod's server, as last scraped.", []string{"pod"}, nil)
+	kvDesc = prometheus.NewDesc("infergate_pod_kv_cache_usage",
+		"KV-cache utilization in [0,1] as last scraped; absent when the engine does not export it.", []string{"pod"}, nil)
+)
 
-func (c ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- ageDesc }
+func (c ageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- ageDesc
+	ch <- queueDesc
+	ch <- runningDesc
+	ch <- kvDesc
+}
 
 func (c ageCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
@@ -412,5 +426,13 @@ func (c ageCollector) Collect(ch chan<- prometheus.Metric) {
 			age = -1
 		}
 		ch <- prometheus.MustNewConstMetric(ageDesc, prometheus.GaugeValue, age, p.Name)
+		if p.LastSuccess.IsZero() {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(p.Metrics.Waiting), p.Name)
+		ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(p.Metrics.Running), p.Name)
+		if p.Metrics.HasKV {
+			ch <- prometheus.MustNewConstMetric(kvDesc, prometheus.GaugeValue, p.Metrics.KVUsage, p.Name)
+		}
 	}
 }

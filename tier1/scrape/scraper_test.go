@@ -118,6 +118,16 @@ func TestScraper(t *testing.T) {
 	if v := gaugeValue(t, reg, "infergate_scorer_input_missing", "metric", "kv_cache_usage"); v != 1 {
 		t.Errorf("infergate_scorer_input_missing = %v, want 1", v)
 	}
+	// The scraped state is exported per pod; TGI has no KV usage to export.
+	if v := gaugeValue(t, reg, "infergate_pod_queue_depth", "pod", "tgi-0"); v != 7 {
+		t.Errorf("infergate_pod_queue_depth = %v, want 7", v)
+	}
+	if v := gaugeValue(t, reg, "infergate_pod_running", "pod", "tgi-0"); v != 4 {
+		t.Errorf("infergate_pod_running = %v, want 4", v)
+	}
+	if n := len(series(t, reg, "infergate_pod_kv_cache_usage")); n != 0 {
+		t.Errorf("kv usage series for a TGI pod = %d, want 0", n)
+	}
 	waitFor(t, "models", func() bool { st, _ := s.Get("tgi-0"); return st.Models != nil })
 	st, _ = s.Get("tgi-0")
 	if !st.Serves("sql-lora") || st.Models[1].Parent != "llama" {
@@ -129,6 +139,9 @@ func TestScraper(t *testing.T) {
 	waitFor(t, "kv present", func() bool { st, _ := s.Get("tgi-0"); return st.Metrics.HasKV })
 	if n := len(series(t, reg, "infergate_scorer_input_missing")); n != 0 {
 		t.Errorf("missing gauge series = %d, want 0", n)
+	}
+	if n := len(series(t, reg, "infergate_pod_kv_cache_usage")); n != 1 {
+		t.Errorf("kv usage series once exported = %d, want 1", n)
 	}
 
 	// Failing scrapes are counted, logged once and leave the last metrics.

@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/tier1/register"
+	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/route"
 	"github.com/infergate/infergate/tier2/tenant"
 )
@@ -159,6 +161,9 @@ type Gateway struct {
 	mRequests  *prometheus.CounterVec
 	mDuration  *prometheus.HistogramVec
 	mFailovers prometheus.Counter
+	mLimited   *prometheus.CounterVec
+	mTokens    *prometheus.CounterVec
+	mCost      *prometheus.CounterVec
 }
 
 // New builds a Gateway.
@@ -186,8 +191,20 @@ func New(opts Options) (*Gateway, error) {
 			Name: "infergate_tier2_failovers_total",
 			Help: "Attempts that failed before any byte reached the client and moved on to another cluster.",
 		}),
+		mLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_tier2_ratelimited_total",
+			Help: "Requests refused with 429 by the tenant's limits, by the limit that tripped (rpm, tpm, concurrency, budget).",
+		}, []string{"tenant", "limit"}),
+		mTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_tier2_tokens_total",
+			Help: "Tokens served, from the responses' usage, by tenant, cluster and type (prompt, completion).",
+		}, []string{"tenant", "cluster", "type"}),
+		mCost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infergate_tier2_cost_total",
+			Help: "Estimated spend from each cluster's advertised per-million-token cost (clusters priced per GPU-hour are not counted).",
+		}, []string{"tenant", "cluster"}),
 	}
-	for _, c := range []prometheus.Collector{g.mRequests, g.mDuration, g.mFailovers} {
+	for _, c := range []prometheus.Collector{g.mRequests, g.mDuration, g.mFailovers, g.mLimited, g.mTokens, g.mCost} {
 		if err := opts.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: register metrics: %w", err)
 		}
@@ -393,6 +410,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 			if adm.RetryAfter > 0 && w.Header().Get("Retry-After") == "" {
 				w.Header().Set("Retry-After", strconv.Itoa(int((adm.RetryAfter+time.Second-1)/time.Second)))
 			}
+			g.mLimited.WithLabelValues(t.ID, adm.Reason).Inc()
 			msg := "rate limit exceeded"
 			if adm.Reason != "" {
 				msg += ": " + adm.Reason
@@ -430,6 +448,13 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	actual := est
 	if u != nil && u.total() > 0 {
 		actual = u.total()
+		if c := x.served; c != nil {
+			g.mTokens.WithLabelValues(t.ID, c.Name, "prompt").Add(float64(u.PromptTokens))
+			g.mTokens.WithLabelValues(t.ID, c.Name, "completion").Add(float64(u.CompletionTokens))
+			if c.CostUnit == register.CostPerMTok && c.Cost > 0 {
+				g.mCost.WithLabelValues(t.ID, c.Name).Add(float64(u.total()) / 1e6 * c.Cost)
+			}
+		}
 	}
 	finish(actual)
 }
@@ -494,7 +519,8 @@ type exchange struct {
 	injected  bool
 	requestID string
 
-	usage *usage
+	usage  *usage
+	served *discovery.Cluster // the cluster whose answer reached the client
 }
 
 // attemptResult says whether the exchange is over or may move on to the
@@ -627,6 +653,7 @@ func (x *exchange) attempt(cand route.Candidate, a *route.Attempt) (attemptResul
 		return resultRetry, fmt.Errorf("tier1 rejected tier2's token (HTTP %d)", code)
 	}
 	h := x.w.Header()
+	x.served = &cand.Cluster
 	h.Set("X-Request-Id", x.requestID)
 	h.Set("X-Infergate-Cluster", cand.Cluster.Name)
 	h.Set("X-Infergate-Region", cand.Cluster.Region)

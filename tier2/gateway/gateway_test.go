@@ -188,6 +188,9 @@ func TestRateLimited(t *testing.T) {
 	if a.hits.Load() != 0 {
 		t.Error("a rejected request reached tier1")
 	}
+	if n := s.metric(t, "infergate_tier2_ratelimited_total", nil); n != 1 {
+		t.Errorf("infergate_tier2_ratelimited_total = %v, want 1", n)
+	}
 }
 
 // sseData returns the data payloads of an SSE body.
@@ -236,6 +239,10 @@ func TestStreamingUsage(t *testing.T) {
 	}
 	if got := lim.lastFinished(); len(got) != 2 || got[1] != 8 {
 		t.Errorf("reconciled = %v", got)
+	}
+	// Both streams' usage is counted against the cluster that served them.
+	if n := s.metric(t, "infergate_tier2_tokens_total", map[string]string{"cluster": "a"}); n != 16 {
+		t.Errorf("infergate_tier2_tokens_total{cluster=a} = %v, want 16", n)
 	}
 }
 
