@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN) ./cmd/infergate
 
 ## test: everything CI checks (lint, unit, integration, deploy checks).
-test: lint tools
+test: tools lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 
 ## unit: the fast Go tests only.
