@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/gateway"
 	"github.com/infergate/infergate/tier1/register"
 	"github.com/infergate/infergate/tier1/tier1config"
@@ -26,8 +27,11 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfgPath := fs.String("config", "", "Tier 1 configuration file (YAML; see docs/tier1.md); reloaded when it changes")
 	listen := fs.String("listen", "", "listen address, overriding the config's listen (default "+tier1config.DefaultListen+")")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	extProcListen := fs.String("ext-proc-listen", "", "also serve the endpoint picker to Envoy as a GIE-compatible ext_proc gRPC server on this address (see docs/tier1-extproc.md); empty = off")
+	extProcAuthByEnvoy := fs.Bool("ext-proc-auth-by-envoy", false, "ext_proc: Envoy authenticates clients, skip the bearer-token check on requests arriving through ext_proc")
+	extProcEndpointList := fs.Bool("ext-proc-endpoint-list", false, "ext_proc: put the fallback endpoints in x-gateway-destination-endpoint itself (ip:port,ip:port; GIE protocol v0.4+) instead of separate metadata")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: infergate tier1 --config FILE [--listen ADDR]")
+		fmt.Fprintln(stderr, "Usage: infergate tier1 --config FILE [--listen ADDR] [--ext-proc-listen ADDR]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Run the per-cluster GPU-aware router: an OpenAI-compatible proxy that picks")
 		fmt.Fprintln(stderr, "the best model-server pod for each request from scraped metrics.")
@@ -88,7 +92,35 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}()
 		log.Info("registering in consul", "consul", cfg.Consul.Address, "service", register.ServiceName, "id", reg.ID)
 	}
+	extProcDone := make(chan error, 1)
+	if *extProcListen != "" {
+		epl, err := net.Listen("tcp", *extProcListen)
+		if err != nil {
+			ln.Close()
+			cancel()
+			registered.Wait()
+			return fmt.Errorf("ext_proc listen: %w", err)
+		}
+		srv := extproc.New(gw, extproc.Options{Logger: log, AuthByEnvoy: *extProcAuthByEnvoy, EndpointList: *extProcEndpointList})
+		log.Info("tier1 ext_proc listening", "addr", epl.Addr().String(), "auth_by_envoy", *extProcAuthByEnvoy)
+		fmt.Fprintf(stdout, "infergate tier1 ext_proc listening on %s\n", epl.Addr())
+		go func() {
+			err := srv.Serve(ctx, epl, 30*time.Second)
+			if err != nil {
+				// One listener failing takes the process down, not half of it.
+				log.Error("ext_proc server failed", "err", err)
+				cancel()
+			}
+			extProcDone <- err
+		}()
+	} else {
+		extProcDone <- nil
+	}
 	err = gw.Serve(ctx, ln, 30*time.Second)
+	cancel() // the HTTP listener ended: stop the ext_proc server too
+	if eerr := <-extProcDone; err == nil && eerr != nil {
+		err = fmt.Errorf("ext_proc: %w", eerr)
+	}
 	registered.Wait()
 	return err
 }
