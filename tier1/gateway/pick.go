@@ -131,46 +131,11 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 		return nil, g.refuse("", "", http.StatusRequestEntityTooLarge, "request_too_large",
 			fmt.Sprintf("request body exceeds %d bytes", cfg.MaxBodyBytes))
 	}
-	body, err := parseBody(ep, pr.Body)
-	if err != nil {
-		return nil, g.refuse("", "", http.StatusBadRequest, "invalid_request", err.Error())
-	}
-	rt, ok := g.resolve(st, body.Model)
-	if !ok {
-		return nil, g.refuse("", "", http.StatusNotFound, "model_not_found",
-			fmt.Sprintf("model %q is not served here", body.Model))
+	req, body, rt, rf := g.schedRequest(st, ep, pr.Body, h.Get("X-Request-Id"), h.Get(HeaderPriority), h.Get(HeaderTTFTSLO), trusted)
+	if rf != nil {
+		return nil, g.refuse(rf.model, rf.pool, rf.status, rf.code, rf.reason)
 	}
 	pool, model := rt.pool, body.Model
-	req := &picker.Request{
-		ID:        h.Get("X-Request-Id"),
-		Model:     model,
-		BaseModel: pool.cfg.Model,
-		Adapter:   rt.adapter,
-		MaxTokens: body.maxTokens(),
-		Pool:      pool.cfg.Name,
-	}
-	if req.ID == "" {
-		req.ID = strconv.FormatUint(g.nextID.Add(1), 36)
-	}
-	pol := st.policies[model]
-	if pol.Name == "" && rt.adapter != "" {
-		pol = st.policies[pool.cfg.Model]
-	}
-	req.Priority, req.Sheddable, req.TTFTSLO = pol.Priority, pol.Sheddable || pol.Priority < 0, pol.TTFTSLO
-	if v := h.Get(HeaderPriority); v != "" && trusted && cfg.Auth.TrustPriorityHeader {
-		p, err := strconv.Atoi(v)
-		if err != nil {
-			return nil, g.refuse(model, pool.cfg.Name, http.StatusBadRequest, "invalid_priority", HeaderPriority+" must be an integer")
-		}
-		req.Priority, req.Sheddable = p, p < 0
-	}
-	if v := h.Get(HeaderTTFTSLO); v != "" {
-		ms, err := strconv.Atoi(v)
-		if err != nil || ms <= 0 || ms > 3_600_000 {
-			return nil, g.refuse(model, pool.cfg.Name, http.StatusBadRequest, "invalid_ttft_slo", HeaderTTFTSLO+" must be milliseconds in (0, 3600000]")
-		}
-		req.TTFTSLO = time.Duration(ms) * time.Millisecond
-	}
 
 	// The buffer goes back to the pool at Done: the request's block hashes
 	// live in it until then.
@@ -193,7 +158,7 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 	wctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Request)
 	defer cancel()
 	g.snapshot(st, pool, req, cb)
-	err = g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
+	err := g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
 	if errors.Is(err, picker.ErrSaturated) {
 		if req.Sheddable {
 			g.m.shed.WithLabelValues(model, pool.cfg.Name).Inc()

@@ -63,52 +63,13 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 		g.fail(w, "", "", http.StatusBadRequest, "invalid_body", err.Error())
 		return
 	}
-	body, err := parseBody(ep, data)
-	if err != nil {
-		g.fail(w, "", "", http.StatusBadRequest, "invalid_request", err.Error())
-		return
-	}
-	rt, ok := g.resolve(st, body.Model)
-	if !ok {
-		g.fail(w, "", "", http.StatusNotFound, "model_not_found",
-			fmt.Sprintf("model %q is not served here", body.Model))
+	req, body, rt, rf := g.schedRequest(st, ep, data, r.Header.Get("X-Request-Id"), prioHdr, sloHdr, trusted)
+	if rf != nil {
+		g.fail(w, rf.model, rf.pool, rf.status, rf.code, rf.reason)
 		return
 	}
 	pool := rt.pool
 	model := body.Model
-
-	req := &picker.Request{
-		ID:        r.Header.Get("X-Request-Id"),
-		Model:     model,
-		BaseModel: pool.cfg.Model,
-		Adapter:   rt.adapter,
-		MaxTokens: body.maxTokens(),
-		Pool:      pool.cfg.Name,
-	}
-	if req.ID == "" {
-		req.ID = strconv.FormatUint(g.nextID.Add(1), 36)
-	}
-	pol := st.policies[model]
-	if pol.Name == "" && rt.adapter != "" {
-		pol = st.policies[pool.cfg.Model] // adapters inherit their base's policy
-	}
-	req.Priority, req.Sheddable, req.TTFTSLO = pol.Priority, pol.Sheddable || pol.Priority < 0, pol.TTFTSLO
-	if prioHdr != "" && trusted && cfg.Auth.TrustPriorityHeader {
-		p, err := strconv.Atoi(prioHdr)
-		if err != nil {
-			g.fail(w, model, pool.cfg.Name, http.StatusBadRequest, "invalid_priority", HeaderPriority+" must be an integer")
-			return
-		}
-		req.Priority, req.Sheddable = p, p < 0
-	}
-	if sloHdr != "" {
-		ms, err := strconv.Atoi(sloHdr)
-		if err != nil || ms <= 0 || ms > 3_600_000 {
-			g.fail(w, model, pool.cfg.Name, http.StatusBadRequest, "invalid_ttft_slo", HeaderTTFTSLO+" must be milliseconds in (0, 3600000]")
-			return
-		}
-		req.TTFTSLO = time.Duration(ms) * time.Millisecond
-	}
 
 	cb := cycleBufs.Get().(*cycleBuf)
 	defer cycleBufs.Put(cb)
