@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -141,7 +142,9 @@ func tier1Registration(cfg *tier1config.Config, addr *net.TCPAddr) (register.Reg
 	if host == "" {
 		host = addr.IP.String()
 		if addr.IP.IsUnspecified() {
-			host = "127.0.0.1"
+			// Listening on every interface (as in a pod): announce the
+			// first non-loopback address, which is what peers can dial.
+			host = outboundIP()
 		}
 	}
 	port := c.ServicePort
@@ -169,7 +172,14 @@ func tier1Registration(cfg *tier1config.Config, addr *net.TCPAddr) (register.Reg
 	for _, m := range cfg.Models {
 		addModel(m.Name)
 	}
+	// One instance per router replica: several replicas of one cluster's
+	// Tier 1 must not overwrite each other's registration.
+	id := "infergate-tier1-" + cfg.Cluster
+	if hn, err := os.Hostname(); err == nil && hn != "" {
+		id += "-" + hn
+	}
 	return register.Registration{
+		ID:            id,
 		Address:       host,
 		Port:          port,
 		Scheme:        scheme,
@@ -185,4 +195,18 @@ func tier1Registration(cfg *tier1config.Config, addr *net.TCPAddr) (register.Reg
 		CheckInterval: c.CheckInterval,
 		InitialStatus: "passing",
 	}, client, nil
+}
+
+// outboundIP returns the first non-loopback IPv4 address of this host, or
+// 127.0.0.1 when there is none.
+func outboundIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
 }
