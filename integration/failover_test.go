@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/infergate/infergate/devstack"
 )
@@ -79,7 +81,8 @@ func TestFailover(t *testing.T) {
 // tenant store's local cache, and the limiter fails open to its local share,
 // so requests keep succeeding. Then Consul comes back empty (a dev-mode
 // agent keeps no state, like a rebuilt one): the Tier 1s register again and
-// Tier 2 follows.
+// Tier 2 follows. Then Redis comes back empty too: the tenant store seeds
+// the configured tenant and key again.
 func TestSharedServicesDown(t *testing.T) {
 	s := startStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -107,10 +110,21 @@ func TestSharedServicesDown(t *testing.T) {
 		s.waitServedBy(t, "cluster-a", 30*time.Second)
 	})
 	t.Run("redis restarted empty", func(t *testing.T) {
-		// An empty Redis replaces the store's view, so the tenants and keys
-		// seeded from tier2's config vanish until Tier 2 restarts (401s).
-		t.Skip("tier2/tenant: tenants and keys seeded from the config are not re-created when Redis comes back empty")
+		// The tenant store sees the empty Redis (its change counter is
+		// gone) and creates the tenants and keys seeded from tier2's
+		// config again, so the configured key keeps working.
 		s.redis.Start()
+		// Nothing but the re-seed writes the tenant back into this Redis,
+		// so seeing it proves Tier 2 noticed the empty Redis.
+		rdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr()})
+		defer rdb.Close()
+		waitFor(t, "tier2 to re-seed tenant acme", 30*time.Second, func() error {
+			ok, err := rdb.HExists(ctx, "it:{tenants}:t", "acme").Result()
+			if err == nil && !ok {
+				err = errors.New("not in redis yet")
+			}
+			return err
+		})
 		s.waitServedBy(t, "cluster-a", 30*time.Second)
 	})
 }

@@ -25,6 +25,7 @@ type op struct {
 	K      string      `json:"k"`
 	Key    int         `json:"key"`            // 1-based index into KEYS
 	DKey   int         `json:"dkey,omitempty"` // conc: deadline ZSET
+	UKey   int         `json:"ukey,omitempty"` // conc: HASH replica -> slots in use
 	Lim    int64       `json:"lim"`
 	Need   int64       `json:"need"` // must all be granted or the whole call is denied
 	Ask    int64       `json:"ask"`  // best-effort extra (a lease)
@@ -35,7 +36,9 @@ type op struct {
 	Delta  int64       `json:"delta,omitempty"` // budget: add (negative refunds)
 	Exp    int64       `json:"exp,omitempty"`   // budget: unix seconds the key expires
 	ResetM int64       `json:"rst,omitempty"`   // budget: ms until period end
-	InUse  int64       `json:"inuse,omitempty"` // conc: slots in use on this replica
+	InUse  int64       `json:"inuse,omitempty"` // conc: slots this replica holds (in use plus spare)
+	Busy   int64       `json:"busy,omitempty"`  // conc: of those, in use by requests (reported for usage)
+	Adm    int64       `json:"adm,omitempty"`   // conc: slots the admission takes if granted (in use too)
 	TTL    int64       `json:"ttl,omitempty"`   // conc: ms until holdings lapse
 	RO     bool        `json:"ro,omitempty"`    // read only (usage)
 	res    *resource   `json:"-"`
@@ -54,10 +57,16 @@ type result struct {
 	Denied  bool
 	Granted int64
 	Bucket  int64 // window: current bucket index
-	Used    int64 // after the call, including all replicas' leases
+	Used    int64 // after the call, including all replicas' leases (conc: holdings)
 	Retry   time.Duration
 	Reset   time.Duration
+	// Read-only concurrency ops (usage): slots in use as reported by the
+	// other live replicas, and as last reported by this one.
+	Busy, Mine int64
 }
+
+// resultWidth is how many values the script returns per op.
+const resultWidth = 8
 
 // backend runs one tenant's ops atomically.
 type backend interface {
@@ -65,13 +74,14 @@ type backend interface {
 }
 
 func decodeResults(vals []int64, n int) ([]result, error) {
-	if len(vals) != 6*n {
+	if len(vals) != resultWidth*n {
 		return nil, fmt.Errorf("ratelimit: script returned %d values for %d ops", len(vals), n)
 	}
 	out := make([]result, n)
 	for i := range out {
-		v := vals[6*i : 6*i+6]
-		out[i] = result{Denied: v[0] == 1, Granted: v[1], Bucket: v[2], Used: v[3], Retry: time.Duration(v[4]) * time.Millisecond, Reset: time.Duration(v[5]) * time.Millisecond}
+		v := vals[resultWidth*i : resultWidth*i+resultWidth]
+		out[i] = result{Denied: v[0] == 1, Granted: v[1], Bucket: v[2], Used: v[3], Retry: time.Duration(v[4]) * time.Millisecond, Reset: time.Duration(v[5]) * time.Millisecond,
+			Busy: v[6], Mine: v[7]}
 	}
 	return out, nil
 }
@@ -87,7 +97,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ok = true
 local st = {}
 for i, op in ipairs(ops) do
-  local s = {used = 0, retry = -1, denied = 0, cur = 0, newest = -1}
+  local s = {used = 0, retry = -1, denied = 0, cur = 0, newest = -1, busy = 0, mine = 0}
   st[i] = s
   local key = KEYS[op.key]
   if op.k == 'w' then
@@ -148,17 +158,31 @@ for i, op in ipairs(ops) do
     end
   elseif op.k == 'c' then
     local dkey = KEYS[op.dkey]
+    local ukey = op.ukey and KEYS[op.ukey]
     if not op.ro then
       local dead = redis.call('ZRANGEBYSCORE', dkey, '-inf', now)
       for _, r in ipairs(dead) do
         redis.call('HDEL', key, r)
         redis.call('ZREM', dkey, r)
+        if ukey then redis.call('HDEL', ukey, r) end
       end
     end
     local all = redis.call('HGETALL', key)
     local others = 0
     for j = 1, #all, 2 do
-      if all[j] ~= rep or op.ro then others = others + tonumber(all[j + 1]) end
+      if op.ro then
+        -- Usage: live holders only (dead ones are purged by the next
+        -- write), with the slots each reported in use.
+        local dl = tonumber(redis.call('ZSCORE', dkey, all[j]) or '0')
+        if dl > now then
+          others = others + tonumber(all[j + 1])
+          local b = 0
+          if ukey then b = tonumber(redis.call('HGET', ukey, all[j]) or '0') end
+          if all[j] == rep then s.mine = b else s.busy = s.busy + b end
+        end
+      elseif all[j] ~= rep then
+        others = others + tonumber(all[j + 1])
+      end
     end
     s.others = others
     op.inuse = op.inuse or 0
@@ -201,14 +225,27 @@ for i, op in ipairs(ops) do
     end
     grant = mine - op.inuse
     local dkey = KEYS[op.dkey]
+    local ukey = op.ukey and KEYS[op.ukey]
     if mine > 0 then
       redis.call('HSET', key, rep, mine)
       redis.call('ZADD', dkey, now + op.ttl, rep)
       redis.call('PEXPIRE', key, op.ttl * 4)
       redis.call('PEXPIRE', dkey, op.ttl * 4)
+      if ukey then
+        local busy = op.busy or 0
+        if ok then busy = busy + (op.adm or 0) end
+        busy = math.min(busy, mine)
+        if busy > 0 then
+          redis.call('HSET', ukey, rep, busy)
+          redis.call('PEXPIRE', ukey, op.ttl * 4)
+        else
+          redis.call('HDEL', ukey, rep)
+        end
+      end
     else
       redis.call('HDEL', key, rep)
       redis.call('ZREM', dkey, rep)
+      if ukey then redis.call('HDEL', ukey, rep) end
     end
     s.used = s.others + mine
   end
@@ -221,6 +258,8 @@ for i, op in ipairs(ops) do
   out[#out + 1] = s.used
   out[#out + 1] = s.retry
   out[#out + 1] = reset
+  out[#out + 1] = s.busy
+  out[#out + 1] = s.mine
 end
 return out
 `)
@@ -271,11 +310,13 @@ type memBackend struct {
 	now     func() time.Time
 	windows map[string]map[int64]int64
 	budgets map[string]int64
-	conc    map[string]map[string]int64
+	conc    map[string]map[string]int64 // holdings by replica
+	busy    map[string]map[string]int64 // of those, in use by replica
 }
 
 func newMemBackend() *memBackend {
-	return &memBackend{now: time.Now, windows: map[string]map[int64]int64{}, budgets: map[string]int64{}, conc: map[string]map[string]int64{}}
+	return &memBackend{now: time.Now, windows: map[string]map[int64]int64{}, budgets: map[string]int64{}, conc: map[string]map[string]int64{},
+		busy: map[string]map[string]int64{}}
 }
 
 func (m *memBackend) run(_ context.Context, keys []string, ops []*op, replica string) ([]result, error) {
@@ -285,6 +326,7 @@ func (m *memBackend) run(_ context.Context, keys []string, ops []*op, replica st
 	type st struct {
 		used, others, cur, newest int64
 		retry                     int64
+		busy, mine                int64
 		denied                    bool
 	}
 	sts := make([]st, len(ops))
@@ -362,6 +404,13 @@ func (m *memBackend) run(_ context.Context, keys []string, ops []*op, replica st
 				if r != replica || o.RO {
 					s.others += v
 				}
+				if o.RO && o.UKey > 0 {
+					if r == replica {
+						s.mine = m.busy[keys[o.UKey-1]][r]
+					} else {
+						s.busy += m.busy[keys[o.UKey-1]][r]
+					}
+				}
 			}
 			s.used = s.others + o.InUse
 			if o.Need > 0 && s.others+o.InUse+o.Need > o.Lim {
@@ -402,6 +451,21 @@ func (m *memBackend) run(_ context.Context, keys []string, ops []*op, replica st
 			} else {
 				delete(m.conc[key], replica)
 			}
+			if o.UKey > 0 {
+				ukey := keys[o.UKey-1]
+				if m.busy[ukey] == nil {
+					m.busy[ukey] = map[string]int64{}
+				}
+				busy := o.Busy
+				if ok {
+					busy += o.Adm
+				}
+				if busy = min(busy, mine); busy > 0 {
+					m.busy[ukey][replica] = busy
+				} else {
+					delete(m.busy[ukey], replica)
+				}
+			}
 			s.used = s.others + mine
 		}
 		var reset int64
@@ -411,7 +475,8 @@ func (m *memBackend) run(_ context.Context, keys []string, ops []*op, replica st
 		if o.K == opBudget {
 			reset = o.ResetM
 		}
-		out[i] = result{Denied: s.denied, Granted: grant, Bucket: s.cur, Used: s.used, Retry: time.Duration(s.retry) * time.Millisecond, Reset: time.Duration(reset) * time.Millisecond}
+		out[i] = result{Denied: s.denied, Granted: grant, Bucket: s.cur, Used: s.used, Retry: time.Duration(s.retry) * time.Millisecond, Reset: time.Duration(reset) * time.Millisecond,
+			Busy: s.busy, Mine: s.mine}
 	}
 	return out, nil
 }

@@ -508,8 +508,11 @@ func (st *tenantState) buildOps(l *Limiter, rs []item, now time.Time, refill boo
 				r.held = want
 			}
 			r.held = max(r.held, r.inUse)
-			o := &op{K: opConc, Lim: r.limit, InUse: r.held, TTL: l.opts.SlotTTL.Milliseconds(), res: r}
+			o := &op{K: opConc, Lim: r.limit, InUse: r.held, Busy: r.inUse, TTL: l.opts.SlotTTL.Milliseconds(), res: r}
 			o.reqN = n
+			if needed {
+				o.Adm = n
+			}
 			if needed && r.held-r.inUse < n {
 				o.Need = n - (r.held - r.inUse)
 			}
@@ -519,6 +522,7 @@ func (st *tenantState) buildOps(l *Limiter, rs []item, now time.Time, refill boo
 			}
 			o.Key = keyIdx(l.key(st.id, "conc", rk.scope))
 			o.DKey = keyIdx(l.key(st.id, "concdl", rk.scope))
+			o.UKey = keyIdx(l.key(st.id, "concuse", rk.scope))
 			ops = append(ops, o)
 		}
 	}

@@ -9,11 +9,20 @@ import (
 	"github.com/infergate/infergate/tier2/tenant"
 )
 
-// Value is one limit's current use across all replicas. Used counts units
-// leased to replicas but not yet spent, so it can read a little high.
+// Value is one limit's current use across all replicas.
+//
+// Used is what requests consumed (RPM, TPM, budget) or hold right now
+// (concurrency). Leased is what is counted against the limit on top of
+// that without being used: concurrency slots replicas hold as spare, and
+// for rates and budgets this replica's unspent leases and refunds on their
+// way back to Redis. Other replicas' unspent rate and budget leases (each
+// at most its rate × LeaseTTL, returned within LeaseTTL + FlushInterval)
+// are still in Used. Another replica's slots in use are as of its last
+// sync, at most SlotTTL/3 ago.
 type Value struct {
-	Used  int64 `json:"used"`
-	Limit int64 `json:"limit"`
+	Used   int64 `json:"used"`
+	Limit  int64 `json:"limit"`
+	Leased int64 `json:"leased"`
 }
 
 // ScopeUsage is the use of the tenant-wide limits (Model "") or of one
@@ -57,17 +66,20 @@ func (l *Limiter) Usage(ctx context.Context, t *tenant.Tenant) (Usage, error) {
 		add := func(k kind, o *op, names ...string) {
 			for i, n := range names {
 				keys = append(keys, l.key(t.ID, n, scope))
-				if i == 0 {
+				switch i {
+				case 0:
 					o.Key = len(keys)
-				} else {
+				case 1:
 					o.DKey = len(keys)
+				default:
+					o.UKey = len(keys)
 				}
 			}
 			o.RO = true
 			ops = append(ops, o)
 			kinds = append(kinds, k)
 		}
-		var period string
+		var period, cur string
 		if lim.RPM > 0 {
 			add(kRPM, &op{K: opWindow, Lim: int64(lim.RPM), W: w, N: nb}, "rpm")
 		}
@@ -75,14 +87,14 @@ func (l *Limiter) Usage(ctx context.Context, t *tenant.Tenant) (Usage, error) {
 			add(kTPM, &op{K: opWindow, Lim: int64(lim.TPM), W: w, N: nb}, "tpm")
 		}
 		if lim.Concurrent > 0 {
-			add(kConc, &op{K: opConc, Lim: int64(lim.Concurrent)}, "conc", "concdl")
+			add(kConc, &op{K: opConc, Lim: int64(lim.Concurrent)}, "conc", "concdl", "concuse")
 		}
 		if lim.TokenBudget > 0 {
 			period = lim.BudgetPeriod
 			if period == "" {
 				period = tenant.PeriodMonth
 			}
-			cur, _ := periodID(period, now)
+			cur, _ = periodID(period, now)
 			o := &op{K: opBudget, Lim: lim.TokenBudget}
 			keys = append(keys, l.key(t.ID, "budget", scope+":"+cur))
 			o.Key, o.RO = len(keys), true
@@ -98,7 +110,8 @@ func (l *Limiter) Usage(ctx context.Context, t *tenant.Tenant) (Usage, error) {
 				return Usage{}, fmt.Errorf("ratelimit: usage of %s: %w", t.ID, err)
 			}
 			for i, k := range kinds {
-				v := &Value{Used: res[i].Used, Limit: ops[i].Lim}
+				v := l.value(t.ID, k, scope, cur, nb, res[i], now)
+				v.Limit = ops[i].Lim
 				switch k {
 				case kRPM:
 					su.RPM = v
@@ -114,4 +127,51 @@ func (l *Limiter) Usage(ctx context.Context, t *tenant.Tenant) (Usage, error) {
 		u.Scopes = append(u.Scopes, su)
 	}
 	return u, nil
+}
+
+// value splits what Redis counts for one limit into used and leased. For
+// concurrency Redis knows both (each replica reports its slots in use);
+// for rates and budgets it only knows grants, so this replica takes out
+// what it knows is not consumed: its unspent leases and pending refunds,
+// less charges not yet sent. This replica's own figures are live rather
+// than as of its last sync.
+func (l *Limiter) value(tenantID string, k kind, scope, period string, nb int64, res result, now time.Time) *Value {
+	total := res.Used
+	var notUsed int64
+	l.mu.Lock()
+	st := l.states[tenantID]
+	l.mu.Unlock()
+	var r *resource
+	if st != nil {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		r = st.res[resKey{k, scope}]
+	}
+	switch k {
+	case kConc:
+		busy := res.Busy + res.Mine
+		if r != nil {
+			busy = res.Busy + r.inUse
+		}
+		return &Value{Used: busy, Leased: max(total-busy, 0)}
+	case kRPM, kTPM:
+		if r != nil {
+			notUsed = r.avail(now) - r.pendDebt
+			first := res.Bucket - nb + 1
+			for b, v := range r.pendRef {
+				if b >= first {
+					notUsed += v
+				}
+			}
+		}
+	case kBudget:
+		if r != nil && r.period != "" {
+			if cur, _ := r.periodAt(now); cur == period {
+				notUsed = r.avail(now) - r.pendBudget[cur]
+			}
+		}
+	}
+	// Charges not yet sent (notUsed < 0) make used exceed what Redis has.
+	used := max(total-notUsed, 0)
+	return &Value{Used: used, Leased: max(total-used, 0)}
 }

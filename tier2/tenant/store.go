@@ -32,9 +32,11 @@ type Options struct {
 	ReloadInterval time.Duration
 	// Timeout bounds each Redis call made by the store. Default 2s.
 	Timeout time.Duration
-	// Seed tenants are created at New when absent (e.g. from the config file).
+	// Seed tenants are created at New when absent (e.g. from the config
+	// file), and again whenever Redis comes back without them (see Reload).
+	// Existing tenants are never overwritten.
 	Seed []Tenant
-	// SeedKeys are API keys created at New when absent.
+	// SeedKeys are API keys created when absent, like Seed.
 	SeedKeys []SeedKey
 	Logger   *slog.Logger
 }
@@ -103,6 +105,9 @@ type Store struct {
 	snap   atomic.Pointer[snapshot]
 	reload sync.Mutex // serializes loads so an older load never replaces a newer one
 
+	seedTenants []*Tenant   // Options.Seed, normalized
+	seedKeys    []keyRecord // Options.SeedKeys as stored
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -112,16 +117,16 @@ type Store struct {
 func New(ctx context.Context, opts Options) (*Store, error) {
 	opts.setDefaults()
 	s := &Store{opts: opts, done: make(chan struct{})}
+	if err := s.prepareSeeds(); err != nil {
+		return nil, err
+	}
 	if opts.Redis != nil {
 		s.be = newRedisBackend(opts)
 	} else {
 		s.be = newMemBackend()
 	}
 	s.snap.Store(emptySnapshot())
-	if err := s.Reload(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.seed(ctx); err != nil {
+	if err := s.load(ctx, true); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
@@ -137,19 +142,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) seed(ctx context.Context) error {
+// prepareSeeds validates the seed tenants and turns the seed keys into
+// the records stored for them, once, so a later re-seed cannot fail on
+// the configuration.
+func (s *Store) prepareSeeds() error {
 	for _, t := range s.opts.Seed {
-		t := *t.Clone()
+		t := t.Clone()
 		t.Normalize()
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("seed tenant %q: %w", t.ID, err)
 		}
-		if _, ok := s.Tenant(t.ID); ok {
-			continue
-		}
-		if err := s.CreateTenant(ctx, t); err != nil && !errors.Is(err, ErrExists) {
-			return fmt.Errorf("seed tenant %q: %w", t.ID, err)
-		}
+		s.seedTenants = append(s.seedTenants, t)
 	}
 	for i, k := range s.opts.SeedKeys {
 		sum := k.SHA256
@@ -160,18 +163,54 @@ func (s *Store) seed(ctx context.Context) error {
 		if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size {
 			return fmt.Errorf("seed key %d: need key or a hex sha256", i)
 		}
-		if _, ok := s.Tenant(k.TenantID); !ok {
-			return fmt.Errorf("seed key %d: tenant %q: %w", i, k.TenantID, ErrNotFound)
-		}
 		// Seeded keys are identified by their hash, so restarts and other
 		// replicas seed the same record instead of duplicates.
 		id := "seed" + sum[:8]
-		rec := keyRecord{KeyInfo: KeyInfo{ID: id, TenantID: k.TenantID, Name: k.Name, Prefix: "seed:" + sum[:8], Created: time.Now().UTC()}, Hash: sum}
-		if err := s.be.putKey(ctx, rec, true); err != nil {
-			return fmt.Errorf("seed key %d: %w", i, err)
-		}
+		s.seedKeys = append(s.seedKeys, keyRecord{KeyInfo: KeyInfo{ID: id, TenantID: k.TenantID, Name: k.Name, Prefix: "seed:" + sum[:8]}, Hash: sum})
 	}
-	return s.Reload(ctx)
+	return nil
+}
+
+// applySeeds creates the seed tenants and keys missing from snap, never
+// touching ones that exist (an admin may have changed them). initial is
+// New's call, where a key naming an unknown tenant is a configuration
+// error; on a later re-seed that key is skipped and logged instead. It
+// reports whether it wrote anything.
+func (s *Store) applySeeds(ctx context.Context, snap *snapshot, initial bool) (bool, error) {
+	wrote := false
+	present := make(map[string]bool, len(snap.tenants)+len(s.seedTenants))
+	for id := range snap.tenants {
+		present[id] = true
+	}
+	for _, t := range s.seedTenants {
+		if present[t.ID] {
+			continue
+		}
+		err := s.be.putTenant(ctx, t, true)
+		if err != nil && !errors.Is(err, ErrExists) {
+			return wrote, fmt.Errorf("seed tenant %q: %w", t.ID, err)
+		}
+		wrote = wrote || err == nil
+		present[t.ID] = true
+	}
+	for i, rec := range s.seedKeys {
+		if _, ok := snap.keys[rec.ID]; ok {
+			continue
+		}
+		if !present[rec.TenantID] {
+			if initial {
+				return wrote, fmt.Errorf("seed key %d: tenant %q: %w", i, rec.TenantID, ErrNotFound)
+			}
+			s.opts.Logger.Warn("tenant store: not re-seeding a key whose tenant is gone", "key", rec.Prefix, "tenant", rec.TenantID)
+			continue
+		}
+		rec.Created = time.Now().UTC()
+		if err := s.be.putKey(ctx, rec, true); err != nil {
+			return wrote, fmt.Errorf("seed key %d: %w", i, err)
+		}
+		wrote = true
+	}
+	return wrote, nil
 }
 
 func (s *Store) run(ctx context.Context) {
@@ -211,7 +250,18 @@ func (s *Store) reloadLogged(ctx context.Context, force bool) {
 }
 
 // Reload replaces the local cache with the backend's state now.
+//
+// When the backend looks reset — its change counter is gone or went
+// backwards, as after a Redis restart without persistence or a restore
+// from an older snapshot — the configured seed tenants and keys that are
+// missing are created again first, so configured keys keep working without
+// a Tier 2 restart. A tenant or key deleted through the admin API bumps the
+// counter instead, so it stays deleted (until the next restart seeds it).
 func (s *Store) Reload(ctx context.Context) error {
+	return s.load(ctx, false)
+}
+
+func (s *Store) load(ctx context.Context, initial bool) error {
 	s.reload.Lock()
 	defer s.reload.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
@@ -219,6 +269,26 @@ func (s *Store) Reload(ctx context.Context) error {
 	snap, err := s.be.load(cctx)
 	if err != nil {
 		return fmt.Errorf("tenant store: load: %w", err)
+	}
+	prev := s.snap.Load()
+	if reset := snap.version == 0 || snap.version < prev.version; initial || reset {
+		wrote, err := s.applySeeds(cctx, snap, initial)
+		if err != nil {
+			if initial {
+				return err
+			}
+			// Keep the new view anyway: it is what Redis holds, and the
+			// next reload tries the seeds again.
+			s.opts.Logger.Warn("tenant store: re-seeding failed", "err", err)
+		}
+		if wrote {
+			if !initial {
+				s.opts.Logger.Warn("tenant store: redis lost the seeded tenants or keys; re-created them", "version", snap.version, "was", prev.version)
+			}
+			if snap, err = s.be.load(cctx); err != nil {
+				return fmt.Errorf("tenant store: load: %w", err)
+			}
+		}
 	}
 	s.snap.Store(snap)
 	return nil

@@ -366,3 +366,87 @@ func TestRedisClusterStore(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSeedSurvivesEmptyRedis: when Redis comes back empty (a restart
+// without persistence), the seeded tenants and keys are created again
+// within the reload interval, so configured keys do not turn into 401s
+// until Tier 2 restarts. Admin changes to a seeded tenant survive a
+// re-seed, and a seeded key revoked through the store stays revoked.
+func TestSeedSurvivesEmptyRedis(t *testing.T) {
+	rs := testservice.StartRedis(t)
+	const interval = 50 * time.Millisecond
+	s, rdb := newRedisStore(t, rs.Addr(), Options{
+		ReloadInterval: interval, Timeout: 200 * time.Millisecond,
+		Seed:     []Tenant{{ID: "dev", Limits: Limits{RPM: 5}}, {ID: "ops"}},
+		SeedKeys: []SeedKey{{TenantID: "dev", Key: "dev-key"}, {TenantID: "ops", Key: "ops-key"}},
+	})
+	ctx := context.Background()
+	// An admin raises dev's limit and revokes ops's seeded key.
+	if err := s.UpdateTenant(ctx, Tenant{ID: "dev", Limits: Limits{RPM: 50}}); err != nil {
+		t.Fatal(err)
+	}
+	var opsKey string
+	for _, k := range s.Keys("ops") {
+		opsKey = k.ID
+	}
+	if err := s.DeleteKey(ctx, "ops", opsKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LookupKey("ops-key"); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("revoked seed key: %v", err)
+	}
+
+	// A deliberate revocation is not undone by later reloads.
+	time.Sleep(4 * interval)
+	if _, err := s.LookupKey("ops-key"); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("revoked seed key came back without a reset: %v", err)
+	}
+
+	rs.Stop()
+	rs.Start() // empty: persistence is off
+	// Within a couple of reload intervals (plus the client's reconnect),
+	// the seeds are back. Polling stands in for "eventually": no timing
+	// is asserted beyond the generous deadline.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tn, err := s.LookupKey("dev-key")
+		_, opsErr := s.LookupKey("ops-key")
+		if err == nil && tn.ID == "dev" && opsErr == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after an empty Redis: dev-key %v %v, ops-key %v", tn, err, opsErr)
+		}
+		time.Sleep(interval / 2)
+	}
+	if n, err := rdb.HLen(ctx, "infergate:{tenants}:k").Result(); err != nil || n != 2 {
+		t.Fatalf("seed keys in Redis: %d %v", n, err)
+	}
+
+	// Existing tenants are never overwritten by a re-seed: change dev,
+	// wipe only the keys hash (counter kept, as after a partial restore
+	// with a lower counter below), and check dev keeps the admin's limit.
+	if err := s.UpdateTenant(ctx, Tenant{ID: "dev", Limits: Limits{RPM: 77}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, "infergate:{tenants}:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, "infergate:{tenants}:v", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		tn, err := s.LookupKey("dev-key")
+		if err == nil {
+			if tn.Limits.RPM != 77 {
+				t.Fatalf("re-seed overwrote the tenant: %+v", tn.Limits)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a restore with a lower counter: %v", err)
+		}
+		time.Sleep(interval / 2)
+	}
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/infergate/infergate/tier2/discovery"
+	"github.com/infergate/infergate/tier2/route"
+	"github.com/infergate/infergate/tier2/tenant"
+)
+
+// Config is the file `infergate tier2 --config` reads (docs/tier2.md). Load
+// it with shared/config (strict: an unknown key is an error), which calls
+// SetDefaults and Validate; New calls both again, so a Config literal works
+// as well.
+type Config struct {
+	Listen      string   `yaml:"listen"`       // default 127.0.0.1:8080; used by the caller that opens the listener
+	Region      string   `yaml:"region"`       // this replica's region (required)
+	RegionOrder []string `yaml:"region_order"` // failover preference after the own region
+
+	Consul   *ConsulConfig       `yaml:"consul"`   // absent: the static clusters are the whole list
+	Clusters []discovery.Cluster `yaml:"clusters"` // static list, or seeds until Consul first answers
+
+	Tier1   Tier1Config   `yaml:"tier1"`
+	Routing RoutingConfig `yaml:"routing"`
+
+	Redis   *RedisConfig     `yaml:"redis"` // absent: in-memory tenants and limits (one replica only)
+	Tenants []tenant.Tenant  `yaml:"tenants"`
+	Keys    []tenant.SeedKey `yaml:"keys"`
+	JWT     *JWTConfig       `yaml:"jwt"`
+	Limits  LimitsConfig     `yaml:"limits"`
+	Admin   AdminConfig      `yaml:"admin"`
+}
+
+// ConsulConfig says where to discover Tier 1 clusters.
+type ConsulConfig struct {
+	Address     string        `yaml:"address"` // host:port or http(s)://host:port; default 127.0.0.1:8500
+	Token       string        `yaml:"token"`
+	TokenEnv    string        `yaml:"token_env"` // read the ACL token from this variable
+	Datacenter  string        `yaml:"datacenter"`
+	Service     string        `yaml:"service"` // default infergate-tier1
+	Tag         string        `yaml:"tag"`
+	WaitTime    time.Duration `yaml:"wait_time"` // blocking query wait; default 30s
+	Consistent  bool          `yaml:"consistent"`
+	TLS         TLSFiles      `yaml:"tls"`
+	MinInterval time.Duration `yaml:"min_interval"` // least time between queries; default 100ms
+}
+
+// TLSFiles configures TLS to the Consul agent.
+type TLSFiles struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// Tier1Config is how Tier 2 talks to the Tier 1 routers.
+type Tier1Config struct {
+	Token        string        `yaml:"token"`
+	TokenEnv     string        `yaml:"token_env"`
+	PollInterval time.Duration `yaml:"poll_interval"` // load summaries; default 1s
+	PollTimeout  time.Duration `yaml:"poll_timeout"`
+}
+
+// RoutingConfig tunes cluster choice, failover and timeouts.
+type RoutingConfig struct {
+	DefaultPolicy      string        `yaml:"default_policy"`        // cost-first (default), latency-first, region-pinned
+	SpillThreshold     float64       `yaml:"spill_threshold"`       // default 0.8
+	LatencyObjective   time.Duration `yaml:"latency_objective"`     // first-token objective; 0 = none
+	ErrorRateThreshold float64       `yaml:"error_rate_threshold"`  // default 0.2
+	TokensPerGPUSecond float64       `yaml:"tokens_per_gpu_second"` // converts gpu-hour costs to per-Mtok
+	QueuePerPod        float64       `yaml:"queue_per_pod"`         // default 4
+	MaxAttempts        int           `yaml:"max_attempts"`          // default 3
+	FailoverBudget     time.Duration `yaml:"failover_budget"`       // default 30s
+	FirstByteTimeout   time.Duration `yaml:"first_byte_timeout"`    // default 30s
+	ResponseTimeout    time.Duration `yaml:"response_timeout"`      // default 5m
+	MaxBodyBytes       int64         `yaml:"max_body_bytes"`        // default 8 MiB
+	Breaker            BreakerConfig `yaml:"breaker"`
+}
+
+// BreakerConfig tunes the per-(cluster, model) circuit breakers.
+type BreakerConfig struct {
+	ConsecutiveFailures uint32        `yaml:"consecutive_failures"` // default 5
+	FailureRatio        float64       `yaml:"failure_ratio"`        // default 0.5
+	MinRequests         uint32        `yaml:"min_requests"`         // default 20
+	Interval            time.Duration `yaml:"interval"`             // default 30s
+	OpenTimeout         time.Duration `yaml:"open_timeout"`         // default 10s
+	HalfOpenRequests    uint32        `yaml:"half_open_requests"`   // default 1
+}
+
+// RedisConfig is the Redis shared by every replica (tenants and limits).
+type RedisConfig struct {
+	Addresses   []string `yaml:"addresses"` // one for a single node, several for a cluster
+	Username    string   `yaml:"username"`
+	Password    string   `yaml:"password"`
+	PasswordEnv string   `yaml:"password_env"`
+	DB          int      `yaml:"db"`
+	TLS         bool     `yaml:"tls"`
+	KeyPrefix   string   `yaml:"key_prefix"`
+}
+
+// JWTConfig turns on JWT authentication next to API keys.
+type JWTConfig struct {
+	HMACSecretEnv string   `yaml:"hmac_secret_env"`
+	PublicKeys    []string `yaml:"public_keys"` // PEM files
+	JWKSFile      string   `yaml:"jwks_file"`
+	Issuer        string   `yaml:"issuer"`
+	Audience      string   `yaml:"audience"`
+	TenantClaim   string   `yaml:"tenant_claim"`
+	RequireExp    bool     `yaml:"require_exp"`
+}
+
+// LimitsConfig says how the limiter behaves while Redis is unreachable.
+type LimitsConfig struct {
+	Replicas   int  `yaml:"replicas"`    // Tier 2 replicas sharing Redis; local share while Redis is down
+	FailClosed bool `yaml:"fail_closed"` // reject while Redis is down (default: fail open to local shares)
+}
+
+// AdminConfig is the admin API's listener and credential.
+type AdminConfig struct {
+	Listen   string `yaml:"listen"` // empty: no admin API
+	Token    string `yaml:"token"`
+	TokenEnv string `yaml:"token_env"`
+}
+
+// SetDefaults fills the defaults that belong to the file rather than to
+// the packages it configures (those apply their own).
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Consul != nil && c.Consul.Address == "" {
+		c.Consul.Address = "127.0.0.1:8500"
+	}
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Region == "" {
+		errs = append(errs, errors.New("region is required"))
+	}
+	if c.Consul == nil && len(c.Clusters) == 0 {
+		errs = append(errs, errors.New("either consul or clusters is required"))
+	}
+	names := map[string]bool{}
+	for i, cl := range c.Clusters {
+		if err := cl.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("clusters[%d]: %w", i, err))
+		}
+		if names[cl.Name] {
+			errs = append(errs, fmt.Errorf("clusters[%d]: duplicate name %q", i, cl.Name))
+		}
+		names[cl.Name] = true
+	}
+	if _, err := route.ParsePolicy(c.Routing.DefaultPolicy, route.CostFirst); err != nil {
+		errs = append(errs, fmt.Errorf("routing.default_policy: %w", err))
+	}
+	if t := c.Routing.SpillThreshold; t < 0 || t > 1 {
+		errs = append(errs, fmt.Errorf("routing.spill_threshold %v: want (0,1]", t))
+	}
+	if c.Redis != nil && len(c.Redis.Addresses) == 0 {
+		errs = append(errs, errors.New("redis.addresses is required when redis is set"))
+	}
+	if c.Admin.Listen != "" && c.Admin.Token == "" && c.Admin.TokenEnv == "" {
+		errs = append(errs, errors.New("admin.token or admin.token_env is required when admin.listen is set"))
+	}
+	return errors.Join(errs...)
+}
