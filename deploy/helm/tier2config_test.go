@@ -16,20 +16,20 @@ import (
 )
 
 // tier2YAMLStructs maps the struct types of Tier 2's configuration (read
-// from the Go source: the type lives in package main) to their YAML keys
-// and each key's field type name.
+// from tier2/server's source) to their YAML keys and each key's field type
+// name.
 func tier2YAMLStructs(t *testing.T) map[string]map[string]string {
 	t.Helper()
 	root := filepath.Join("..", "..")
 	files := []string{
-		filepath.Join(root, "cmd", "infergate", "tier2.go"),
+		filepath.Join(root, "tier2", "server", "config.go"),
 		filepath.Join(root, "tier2", "discovery", "discovery.go"),
 	}
 	out := map[string]map[string]string{}
 	fset := token.NewFileSet()
 	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
-			t.Skipf("Tier 2 config source not found: %v", err)
+			t.Fatalf("Tier 2 config source not found: %v", err)
 		}
 		file, err := parser.ParseFile(fset, f, nil, 0)
 		if err != nil {
@@ -58,8 +58,8 @@ func tier2YAMLStructs(t *testing.T) map[string]map[string]string {
 			return true
 		})
 	}
-	if out["tier2Config"] == nil {
-		t.Skip("no tier2Config struct in cmd/infergate/tier2.go")
+	if out["Config"] == nil {
+		t.Fatal("no Config struct in tier2/server/config.go")
 	}
 	return out
 }
@@ -109,7 +109,7 @@ func TestTier2ChartConfigKeys(t *testing.T) {
 	chart := "infergate-tier2"
 	var values map[string]any
 	readYAML(t, filepath.Join(chart, "values.yaml"), &values)
-	checkYAMLKeys(t, structs, "tier2Config", values["config"], "values.config")
+	checkYAMLKeys(t, structs, "Config", values["config"], "values.config")
 
 	if !findTool("helm") {
 		t.Log("helm not installed: rendered ConfigMaps not checked")
@@ -140,7 +140,7 @@ func TestTier2ChartConfigKeys(t *testing.T) {
 		if err := yaml.Unmarshal([]byte(cm.Data["tier2.yaml"]), &cfg); err != nil {
 			t.Fatalf("helm %v: tier2.yaml: %v", args, err)
 		}
-		checkYAMLKeys(t, structs, "tier2Config", cfg, "tier2.yaml")
+		checkYAMLKeys(t, structs, "Config", cfg, "tier2.yaml")
 		if cfg["region"] == nil {
 			t.Errorf("helm %v: no region in tier2.yaml", args)
 		}

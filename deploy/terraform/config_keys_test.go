@@ -73,16 +73,16 @@ func typeName(e ast.Expr) string {
 // write a key `infergate tier2` would reject.
 func TestModuleConfigMatchesTier2(t *testing.T) {
 	root := filepath.Join("..", "..")
-	main := filepath.Join(root, "cmd", "infergate", "tier2.go")
+	main := filepath.Join(root, "tier2", "server", "config.go")
 	disc := filepath.Join(root, "tier2", "discovery", "discovery.go")
 	for _, f := range []string{main, disc} {
 		if _, err := os.Stat(f); err != nil {
-			t.Skipf("Tier 2 config source not found: %v", err)
+			t.Fatalf("Tier 2 config source not found: %v", err)
 		}
 	}
 	structs := yamlStructs(t, main, disc)
-	if structs["tier2Config"] == nil {
-		t.Skip("no tier2Config struct in cmd/infergate/tier2.go")
+	if structs["Config"] == nil {
+		t.Fatal("no Config struct in tier2/server/config.go")
 	}
 	m := parseDir(t, modulePath)
 	var base hclsyntax.Expression
@@ -98,7 +98,7 @@ func TestModuleConfigMatchesTier2(t *testing.T) {
 	if base == nil {
 		t.Fatal("module has no locals.base_config")
 	}
-	checkKeys(t, structs, "tier2Config", base, "base_config")
+	checkKeys(t, structs, "Config", base, "base_config")
 }
 
 // checkKeys walks an HCL object expression (through merge() calls,
