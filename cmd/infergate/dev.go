@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -41,11 +40,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *timeScale <= 0 {
 		return fmt.Errorf("--time-scale must be positive, got %v", *timeScale)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := newLogger(stderr, *logLevel, false)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	start := time.Now()
 	st, err := devstack.Start(ctx, devstack.Options{
