@@ -84,7 +84,12 @@ const (
 
 // DefaultProfile is infergate's default: every filter, GIE's three scorers
 // at GIE's weights plus running requests, LoRA affinity and predicted
-// latency. The extra weights are first guesses for the benchmark to tune.
+// latency. The extra weights were chosen with the routing benchmark
+// (docs/tier1-scheduling.md#how-the-default-weights-were-chosen):
+// predicted latency 5 cut the bursty and trace tails, LoRA affinity 4 keeps
+// adapter placement ahead of it on many-lora, running 0.5 and the prefix
+// guard (its default parameters) were kept because changing them helped no
+// scenario beyond its CI and disabling the guard hurt multi-turn chat.
 func DefaultProfile() ProfileConfig {
 	return ProfileConfig{
 		Base:    BaseDefault,
@@ -94,8 +99,8 @@ func DefaultProfile() ProfileConfig {
 			{Name: ScorerKVCache, Weight: 2},
 			{Name: ScorerPrefix, Weight: 3},
 			{Name: ScorerRunning, Weight: 0.5},
-			{Name: ScorerLoRAAffinity, Weight: 3},
-			{Name: ScorerPredictedLatency, Weight: 2},
+			{Name: ScorerLoRAAffinity, Weight: 4},
+			{Name: ScorerPredictedLatency, Weight: 5},
 		},
 		Picker:     PickerMaxScore,
 		StaleAfter: DefaultStaleAfter,

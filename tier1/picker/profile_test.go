@@ -16,7 +16,8 @@ func TestParseProfile(t *testing.T) {
 		check   func(t *testing.T, c ProfileConfig)
 	}{
 		{name: "empty is default", in: "", check: func(t *testing.T, c ProfileConfig) {
-			if c.Weight(ScorerPrefix) != 3 || c.Weight(ScorerQueue) != 2 || c.Weight(ScorerPredictedLatency) != 2 {
+			if c.Weight(ScorerPrefix) != 3 || c.Weight(ScorerQueue) != 2 || c.Weight(ScorerPredictedLatency) != 5 ||
+				c.Weight(ScorerLoRAAffinity) != 4 || c.Weight(ScorerRunning) != 0.5 {
 				t.Errorf("weights %+v", c.Scorers)
 			}
 			if len(c.Filters) != 4 || c.StaleAfter != DefaultStaleAfter || c.Picker != PickerMaxScore {
