@@ -166,11 +166,17 @@ func (e *env) waitScraped(t testing.TB) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(10 * time.Second)
+	// A scrape already on the wire when the caller changed a pod may land
+	// after start with the old metrics, so wait for two completions: the
+	// second began after the first ended, hence after the change.
 	for name := range e.pods {
-		for {
+		after := start
+		for seen := 0; seen < 2; {
 			s, _ := e.gw.scraper.Get(name)
-			if s.LastSuccess.After(start) {
-				break
+			if s.LastSuccess.After(after) {
+				after = s.LastSuccess
+				seen++
+				continue
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("pod %s not rescraped", name)
