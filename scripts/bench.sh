@@ -27,13 +27,14 @@ if [ ! -x "$BIN" ]; then
 	echo "bench.sh: $BIN not found; run make build (or make bench)" >&2
 	exit 1
 fi
-rm -rf "$OUT"
-mkdir -p "$OUT"
-SCENARIOS=${BENCH_SCENARIOS:-$("$BIN" bench --list | awk '{print $1}')}
-
+# Read the tree's state before the old report is removed, or the removal
+# itself would count as an uncommitted change.
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=""
 if [ -n "$(git status --porcelain 2>/dev/null)" ]; then dirty=" (working tree had uncommitted changes)"; fi
+rm -rf "$OUT"
+mkdir -p "$OUT"
+SCENARIOS=${BENCH_SCENARIOS:-$("$BIN" bench --list | awk '{print $1}')}
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 t0=$(date +%s)
