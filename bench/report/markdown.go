@@ -39,7 +39,7 @@ func ReadJSON(path string) (Report, error) {
 // WriteMarkdown writes the comparison as a Markdown table (means ± 95% CI
 // half-widths) followed by infergate's relative changes.
 func (r Report) WriteMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "%d seed(s); TTFT SLO %s ms", r.Seeds, fmtNum(float64(r.TTFTSLOMs)))
+	fmt.Fprintf(w, "%s; TTFT SLO %s ms", r.seedsText(), fmtNum(float64(r.TTFTSLOMs)))
 	if r.CapacityRPS > 0 {
 		fmt.Fprintf(w, "; offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s",
 			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))

@@ -106,9 +106,12 @@ type Policy struct {
 
 // Report is one scenario's comparison; its JSON form is what --json prints.
 type Report struct {
-	Scenario  string `json:"scenario"`
-	Seeds     int    `json:"seeds"`
-	TTFTSLOMs Num    `json:"ttft_slo_ms"`
+	Scenario string `json:"scenario"`
+	Seeds    int    `json:"seeds"`
+	// SeedList names the seeds the runs used, ascending, so a report says
+	// whether it was made on tuning, held-out or published seeds.
+	SeedList  []uint64 `json:"seed_list"`
+	TTFTSLOMs Num      `json:"ttft_slo_ms"`
 	// OfferedRPS is the mean arrival rate; CapacityRPS the fleet's
 	// saturated throughput on the same mix; Utilisation their ratio.
 	OfferedRPS  Num `json:"offered_rps"`
@@ -142,8 +145,36 @@ func Summarize(scenario string, slo time.Duration, policies []string, runs []Run
 		})
 		rep.Policies = append(rep.Policies, summarizePolicy(name, rs))
 		rep.Seeds = max(rep.Seeds, len(rs))
+		for _, r := range rs {
+			rep.SeedList = append(rep.SeedList, r.Seed)
+		}
 	}
+	slices.Sort(rep.SeedList)
+	rep.SeedList = slices.Compact(rep.SeedList)
 	return rep
+}
+
+// seedsText describes the seeds for the table and Markdown headers:
+// "5 seed(s) (101–105)", or the list when they are not consecutive.
+// Reports read from JSON written before seed_list existed have no list
+// and print the count alone.
+func (r Report) seedsText() string {
+	s := fmt.Sprintf("%d seed(s)", r.Seeds)
+	l := r.SeedList
+	switch {
+	case len(l) == 0:
+		return s
+	case len(l) == 1:
+		return fmt.Sprintf("%s (%d)", s, l[0])
+	case l[len(l)-1]-l[0] == uint64(len(l)-1):
+		// Sorted and unique, so this span means consecutive.
+		return fmt.Sprintf("%s (%d–%d)", s, l[0], l[len(l)-1])
+	}
+	parts := make([]string, len(l))
+	for i, v := range l {
+		parts[i] = strconv.FormatUint(v, 10)
+	}
+	return fmt.Sprintf("%s (%s)", s, strings.Join(parts, ", "))
 }
 
 func summarizePolicy(name string, rs []Run) Policy {
@@ -233,8 +264,8 @@ func fmtNum(v float64) string {
 // WriteTable writes a human-readable comparison: means over seeds with the
 // 95% CI half-width after ±.
 func (r Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "scenario %s: %d seed(s), TTFT SLO %v ms; mean over seeds ± 95%% CI half-width\n",
-		r.Scenario, r.Seeds, fmtNum(float64(r.TTFTSLOMs)))
+	fmt.Fprintf(w, "scenario %s: %s, TTFT SLO %v ms; mean over seeds ± 95%% CI half-width\n",
+		r.Scenario, r.seedsText(), fmtNum(float64(r.TTFTSLOMs)))
 	if r.CapacityRPS > 0 {
 		fmt.Fprintf(w, "offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s\n",
 			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))

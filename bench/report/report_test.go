@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -219,5 +220,42 @@ func TestTargetsTable(t *testing.T) {
 		if len(ts) != tt.n || ts[0].MaxRatio != tt.first {
 			t.Errorf("Targets(%s) = %+v", tt.scenario, ts)
 		}
+	}
+}
+
+func TestSeedsText(t *testing.T) {
+	tests := []struct {
+		name  string
+		seeds []uint64
+		want  string
+		list  []uint64
+	}{
+		{"one seed", []uint64{7}, "1 seed(s) (7)", []uint64{7}},
+		{"consecutive, any order", []uint64{203, 201, 202}, "3 seed(s) (201–203)", []uint64{201, 202, 203}},
+		{"gaps are listed", []uint64{1, 5, 3}, "3 seed(s) (1, 3, 5)", []uint64{1, 3, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var runs []Run
+			for _, s := range tt.seeds {
+				runs = append(runs, runOf("a", s, []float64{1}), runOf("b", s, []float64{2}))
+			}
+			r := Summarize("s", time.Second, []string{"a", "b"}, runs)
+			if !slices.Equal(r.SeedList, tt.list) {
+				t.Errorf("SeedList = %v, want %v", r.SeedList, tt.list)
+			}
+			var md bytes.Buffer
+			if err := r.WriteMarkdown(&md); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(md.String(), tt.want+";") {
+				t.Errorf("markdown starts %q, want %q", md.String()[:min(md.Len(), 40)], tt.want)
+			}
+		})
+	}
+	// A report read from JSON written before seed_list existed has only
+	// the count.
+	if got := (Report{Seeds: 5}).seedsText(); got != "5 seed(s)" {
+		t.Errorf("without a list: %q", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,7 +38,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var (
 		scen       = fs.String("scenario", "", "scenario to run: "+strings.Join(scenario.Names(), ", "))
 		policies   = fs.String("policies", "round-robin,gie-default,infergate", "comma-separated policies: "+strings.Join(bench.BuiltinPolicies(), ", ")+", or a YAML picker profile path")
-		seeds      = fs.Int("seeds", 5, "number of seeds (1..N); 95% CIs are over seeds")
+		seeds      = fs.Int("seeds", 5, "number of seeds; 95% CIs are over seeds")
+		seedBase   = fs.Uint64("seed-base", 1, "first seed: runs seeds seed-base .. seed-base+seeds-1 (tune on one range, confirm on another)")
 		asJSON     = fs.Bool("json", false, "print JSON instead of a table (same as --format json)")
 		format     = fs.String("format", "table", "output format: table, json or markdown")
 		jsonOut    = fs.String("json-out", "", "also write the JSON report to this file")
@@ -98,6 +100,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *seeds < 1 {
 		return errors.New("--seeds must be ≥ 1")
 	}
+	if *seedBase > math.MaxUint64-uint64(*seeds-1) {
+		return fmt.Errorf("--seed-base %d + --seeds %d overflows a uint64 seed", *seedBase, *seeds)
+	}
 	var pols []bench.Policy
 	var names []string
 	for _, n := range strings.Split(*policies, ",") {
@@ -128,7 +133,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	for i := range *seeds {
-		cmp.Seeds = append(cmp.Seeds, uint64(i+1))
+		cmp.Seeds = append(cmp.Seeds, *seedBase+uint64(i))
 	}
 	if *scen != "" {
 		s, err := scenario.Get(*scen)
