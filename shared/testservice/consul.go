@@ -23,6 +23,8 @@ type Consul struct {
 	t       testing.TB
 	bin     string
 	logPath string
+	cfgPath string // extra HCL config file, "" for none
+	token   string // management token when ACLs are on
 	ports   consulPorts
 
 	mu   sync.Mutex
@@ -34,20 +36,56 @@ type consulPorts struct {
 	http, dns, serfLAN, serfWAN, server, grpc int
 }
 
+// ConsulOpts configures StartConsulOpts.
+type ConsulOpts struct {
+	// ACLToken, when set, starts the agent with ACLs enabled, default policy
+	// deny, and ACLToken as the initial management token (also used as the
+	// agent's own token). Clients then need a token for everything; use
+	// Token to create policies and tokens.
+	ACLToken string
+}
+
 // StartConsul starts a Consul agent (`consul agent -dev`) on free loopback
 // ports and waits until it has elected itself leader. The binary comes from
 // INFERGATE_CONSUL, the tools cache or PATH (see Binary); the agent is
 // stopped at test cleanup.
 func StartConsul(t testing.TB) *Consul {
 	t.Helper()
+	return StartConsulOpts(t, ConsulOpts{})
+}
+
+// StartConsulOpts is StartConsul with options.
+func StartConsulOpts(t testing.TB, o ConsulOpts) *Consul {
+	t.Helper()
+	dir := t.TempDir()
 	c := &Consul{
 		t:       t,
 		bin:     Binary(t, "INFERGATE_CONSUL", "consul"),
-		logPath: filepath.Join(t.TempDir(), "consul.log"),
+		logPath: filepath.Join(dir, "consul.log"),
+		token:   o.ACLToken,
 		ports: consulPorts{
 			http: FreePort(t), dns: FreePort(t), serfLAN: FreePort(t),
 			serfWAN: FreePort(t), server: FreePort(t), grpc: FreePort(t),
 		},
+	}
+	if o.ACLToken != "" {
+		// Consul 1.11+ spells the bootstrap token initial_management (it
+		// was master before). The agent token lets the agent register its
+		// own node under default deny.
+		hcl := fmt.Sprintf(`acl {
+  enabled        = true
+  default_policy = "deny"
+  down_policy    = "extend-cache"
+  tokens {
+    initial_management = %q
+    agent              = %q
+  }
+}
+`, o.ACLToken, o.ACLToken)
+		c.cfgPath = filepath.Join(dir, "acl.hcl")
+		if err := os.WriteFile(c.cfgPath, []byte(hcl), 0o600); err != nil {
+			t.Fatalf("testservice: consul config: %v", err)
+		}
 	}
 	t.Cleanup(c.Stop)
 	c.Start()
@@ -59,6 +97,12 @@ func StartConsul(t testing.TB) *Consul {
 func (c *Consul) Addr() string {
 	return "127.0.0.1:" + strconv.Itoa(c.ports.http)
 }
+
+// Token is the management token the agent was started with ("" when ACLs
+// are off). It survives Stop and Start: dev mode recreates it at every start
+// from the same configuration, though tokens created through the API are
+// lost.
+func (c *Consul) Token() string { return c.token }
 
 // Start starts the agent on the same ports as before and waits for a leader.
 // It is a no-op when the agent is running.
@@ -84,6 +128,9 @@ func (c *Consul) Start() {
 		// No outbound traffic and no gRPC TLS listener on a fixed port.
 		"-hcl", "disable_update_check = true",
 		"-hcl", "ports { grpc_tls = -1 }",
+	}
+	if c.cfgPath != "" {
+		args = append(args, "-config-file", c.cfgPath)
 	}
 	logf, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -140,10 +187,10 @@ func (c *Consul) waitLeader(exited <-chan struct{}, limit time.Duration) error {
 	defer cancel()
 	base := "http://" + c.Addr()
 	for {
-		if ok := get(ctx, base+"/v1/status/leader", func(b []byte) bool {
+		if ok := get(ctx, base+"/v1/status/leader", c.token, func(b []byte) bool {
 			return len(bytes.Trim(bytes.TrimSpace(b), `"`)) > 0
 		}); ok {
-			if get(ctx, base+"/v1/catalog/node/infergate-test", func(b []byte) bool {
+			if get(ctx, base+"/v1/catalog/node/infergate-test", c.token, func(b []byte) bool {
 				return bytes.Contains(b, []byte(`"Node"`))
 			}) {
 				return nil
@@ -159,10 +206,13 @@ func (c *Consul) waitLeader(exited <-chan struct{}, limit time.Duration) error {
 	}
 }
 
-func get(ctx context.Context, url string, ok func([]byte) bool) bool {
+func get(ctx context.Context, url, token string, ok func([]byte) bool) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false
+	}
+	if token != "" {
+		req.Header.Set("X-Consul-Token", token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

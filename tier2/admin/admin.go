@@ -162,6 +162,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		ae = &apiError{status: http.StatusNotFound, code: "not_found", msg: err.Error()}
 	case errors.Is(err, tenant.ErrExists):
 		ae = &apiError{status: http.StatusConflict, code: "already_exists", msg: err.Error()}
+	case errors.Is(err, tenant.ErrUnavailable):
+		// Redis is down or cannot serve: the caller may retry. The cause
+		// (addresses, Redis replies) goes to the log, not to the client.
+		s.opts.Logger.Warn("admin: tenant store unavailable", "method", c.Request().Method, "path", c.Path(), "err", err)
+		c.Response().Header().Set("Retry-After", "1")
+		ae = &apiError{status: http.StatusServiceUnavailable, code: "store_unavailable", msg: "tenant store unavailable; retry later"}
 	case errors.As(err, &he):
 		ae = &apiError{status: he.Code, code: strings.ToLower(strings.ReplaceAll(http.StatusText(he.Code), " ", "_")), msg: fmt.Sprint(he.Message)}
 	default:

@@ -2,11 +2,13 @@ package discovery_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -238,4 +240,131 @@ func counter(t *testing.T, reg *prometheus.Registry, name, result string) float6
 		}
 	}
 	return 0
+}
+
+// TestConsulACL runs discovery against Consul with ACLs on (default deny)
+// and a Tier 1 registered with a service:write token. A service:read token
+// sees it; an unknown token gets 403s, which count as errors and leave the
+// seeds in place; no token (anonymous, denied service:read) gets Consul's
+// empty answer. Deleting the good token while discovery runs turns its
+// queries into errors and keeps the last good list.
+func TestConsulACL(t *testing.T) {
+	const mgmt = "0f3e2d1c-5b4a-4938-8776-a5b4c3d2e1f0"
+	consul := testservice.StartConsulOpts(t, testservice.ConsulOpts{ACLToken: mgmt})
+	admin, err := discovery.NewConsulClient(discovery.ConsulOptions{Address: consul.Addr(), Token: mgmt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTok, _ := aclToken(t, admin, "tier1-register", `service "infergate-tier1" { policy = "write" }`)
+	readTok, readID := aclToken(t, admin, "tier2-discover", `
+service "infergate-tier1" { policy = "read" }
+node_prefix "" { policy = "read" }`)
+
+	tier1, err := discovery.NewConsulClient(discovery.ConsulOptions{Address: consul.Addr(), Token: writeTok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, host, port := readyServer(t)
+	if _, err := register.Register(context.Background(), tier1, register.Registration{
+		Address: host, Port: port, Region: "us-east", Cluster: "east-1", Models: []string{"llama"},
+		CheckHTTP: "http://" + host + ":" + strconv.Itoa(port) + "/ready", CheckInterval: time.Second,
+		InitialStatus: api.HealthPassing,
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	seed := discovery.Cluster{Name: "seed", Region: "r0", Address: "http://127.0.0.1:9"}
+	start := func(t *testing.T, token string) (*discovery.Discovery, *prometheus.Registry) {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		d, err := discovery.New(discovery.Options{
+			Logger:   quiet(),
+			Registry: reg,
+			Consul:   &discovery.ConsulOptions{Address: consul.Addr(), Token: token, WaitTime: 5 * time.Second, MaxBackoff: 200 * time.Millisecond},
+			Static:   []discovery.Cluster{seed},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return d, reg
+	}
+	names := func(cs []discovery.Cluster) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+
+	for _, tc := range []struct {
+		name, token string
+		result      string   // the query result counted: ok or error
+		want        []string // cluster names once it has
+	}{
+		{"unknown token", "00000000-0000-4000-8000-000000000000", "error", []string{"seed"}},
+		{"no token", "", "ok", nil},
+		{"service:read", readTok, "ok", []string{"east-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, reg := start(t, tc.token)
+			// The counter goes up just before the list is updated: wait for both.
+			waitFor(t, 5*time.Second, fmt.Sprintf("a %s query and clusters %v", tc.result, tc.want), func() bool {
+				return counter(t, reg, "infergate_tier2_discovery_queries_total", tc.result) > 0 &&
+					slices.Equal(names(d.Clusters()), tc.want)
+			})
+			if tc.result == "error" {
+				if n := counter(t, reg, "infergate_tier2_discovery_queries_total", "ok"); n != 0 {
+					t.Fatalf("%v ok queries with an unknown token", n)
+				}
+				if !d.LastGood().IsZero() {
+					t.Fatal("LastGood set without a good answer")
+				}
+			}
+		})
+	}
+
+	t.Run("token deleted", func(t *testing.T) {
+		d, reg := start(t, readTok)
+		waitFor(t, 5*time.Second, "east-1 visible", func() bool { return slices.Equal(names(d.Clusters()), []string{"east-1"}) })
+		if _, err := admin.ACL().TokenDelete(readID, nil); err != nil {
+			t.Fatal(err)
+		}
+		// Consul 1.16 first ends the blocking query in flight with an empty
+		// 200 (LastIndex 1, not flagged as filtered by ACLs), which is
+		// indistinguishable from "nothing registered", so the list may
+		// empty here; only the following queries get 403 ACL not found.
+		failed := func() float64 { return counter(t, reg, "infergate_tier2_discovery_queries_total", "error") }
+		waitFor(t, 15*time.Second, "a failed query", func() bool { return failed() > 0 })
+		changed := d.Changed()
+		last, n := d.Clusters(), failed()
+		t.Logf("list when the 403s started: %v", names(last))
+		waitFor(t, 15*time.Second, "more failed queries", func() bool { return failed() >= n+2 })
+		select {
+		case <-changed:
+			t.Fatalf("the list changed on errors: %v -> %v", names(last), names(d.Clusters()))
+		default:
+		}
+		if got := names(d.Clusters()); !slices.Equal(got, names(last)) {
+			t.Fatalf("clusters = %v, want the last good %v", got, names(last))
+		}
+	})
+}
+
+// aclToken creates a policy with rules and a token holding it through the
+// management client; it returns the token's secret and accessor IDs.
+func aclToken(t *testing.T, admin *api.Client, name, rules string) (secret, accessor string) {
+	t.Helper()
+	p, _, err := admin.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: rules}, nil)
+	if err != nil {
+		t.Fatalf("create policy %s: %v", name, err)
+	}
+	tok, _, err := admin.ACL().TokenCreate(&api.ACLToken{Description: name, Policies: []*api.ACLTokenPolicyLink{{ID: p.ID}}}, nil)
+	if err != nil {
+		t.Fatalf("create token %s: %v", name, err)
+	}
+	return tok.SecretID, tok.AccessorID
 }

@@ -47,7 +47,7 @@ func (b *redisBackend) load(ctx context.Context) (*snapshot, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return nil, wrapRedis(err)
 	}
 	s := emptySnapshot()
 	if v, err := vc.Int64(); err == nil {
@@ -85,13 +85,16 @@ func (b *redisBackend) version(ctx context.Context) (int64, error) {
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
-	return v, err
+	if err != nil {
+		return 0, wrapRedis(err)
+	}
+	return v, nil
 }
 
 // changed bumps the version and notifies the other replicas.
 func (b *redisBackend) changed(ctx context.Context) error {
 	if err := b.rdb.Incr(ctx, b.vKey).Err(); err != nil {
-		return fmt.Errorf("tenant store: bump version: %w", err)
+		return fmt.Errorf("tenant store: bump version: %w", wrapRedis(err))
 	}
 	// Losing the message is fine: the periodic version check catches up.
 	if err := b.rdb.Publish(ctx, b.ch, "1").Err(); err != nil {
@@ -108,7 +111,7 @@ func (b *redisBackend) putTenant(ctx context.Context, t *Tenant, create bool) er
 	if create {
 		ok, err := b.rdb.HSetNX(ctx, b.tKey, t.ID, js).Result()
 		if err != nil {
-			return fmt.Errorf("tenant store: create: %w", err)
+			return fmt.Errorf("tenant store: create: %w", wrapRedis(err))
 		}
 		if !ok {
 			return ErrExists
@@ -118,7 +121,7 @@ func (b *redisBackend) putTenant(ctx context.Context, t *Tenant, create bool) er
 	// Replace only if present, atomically.
 	n, err := replaceIfExists.Run(ctx, b.rdb, []string{b.tKey}, t.ID, js).Int()
 	if err != nil {
-		return fmt.Errorf("tenant store: update: %w", err)
+		return fmt.Errorf("tenant store: update: %w", wrapRedis(err))
 	}
 	if n == 0 {
 		return ErrNotFound
@@ -144,7 +147,7 @@ return 1`)
 func (b *redisBackend) deleteTenant(ctx context.Context, id string) error {
 	n, err := deleteTenantScript.Run(ctx, b.rdb, []string{b.tKey, b.kKey}, id).Int()
 	if err != nil {
-		return fmt.Errorf("tenant store: delete: %w", err)
+		return fmt.Errorf("tenant store: delete: %w", wrapRedis(err))
 	}
 	if n == 0 {
 		return ErrNotFound
@@ -159,7 +162,7 @@ func (b *redisBackend) putKey(ctx context.Context, rec keyRecord, onlyIfAbsent b
 	}
 	ok, err := b.rdb.HSetNX(ctx, b.kKey, rec.ID, js).Result()
 	if err != nil {
-		return fmt.Errorf("tenant store: put key: %w", err)
+		return fmt.Errorf("tenant store: put key: %w", wrapRedis(err))
 	}
 	if !ok {
 		if onlyIfAbsent {
@@ -181,7 +184,7 @@ return 1`)
 func (b *redisBackend) deleteKey(ctx context.Context, tenantID, keyID string) error {
 	n, err := deleteKeyScript.Run(ctx, b.rdb, []string{b.kKey}, tenantID, keyID).Int()
 	if err != nil {
-		return fmt.Errorf("tenant store: delete key: %w", err)
+		return fmt.Errorf("tenant store: delete key: %w", wrapRedis(err))
 	}
 	if n == 0 {
 		return ErrNotFound
@@ -195,7 +198,7 @@ func (b *redisBackend) putOverride(ctx context.Context, name string, o ClusterOv
 		return err
 	}
 	if err := b.rdb.HSet(ctx, b.oKey, name, js).Err(); err != nil {
-		return fmt.Errorf("tenant store: put override: %w", err)
+		return fmt.Errorf("tenant store: put override: %w", wrapRedis(err))
 	}
 	return b.changed(ctx)
 }
@@ -203,7 +206,7 @@ func (b *redisBackend) putOverride(ctx context.Context, name string, o ClusterOv
 func (b *redisBackend) deleteOverride(ctx context.Context, name string) error {
 	n, err := b.rdb.HDel(ctx, b.oKey, name).Result()
 	if err != nil {
-		return fmt.Errorf("tenant store: delete override: %w", err)
+		return fmt.Errorf("tenant store: delete override: %w", wrapRedis(err))
 	}
 	if n == 0 {
 		return ErrNotFound
@@ -246,6 +249,21 @@ func (b *redisBackend) watch(ctx context.Context, changed chan<- struct{}) {
 			}
 		}()
 	}
+}
+
+// wrapRedis marks an error from a Redis call that means Redis cannot serve
+// right now — unreachable, timed out, a closed client, or a server reply
+// such as LOADING, READONLY or CLUSTERDOWN — as ErrUnavailable, so callers
+// can tell "try again later" from a bad request or a bug. Other server
+// replies (a script error, say) are returned as they are.
+func wrapRedis(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && !redis.IsLoadingError(err) && !redis.IsReadOnlyError(err) &&
+		!redis.IsClusterDownError(err) && !redis.IsTryAgainError(err) &&
+		!redis.IsMasterDownError(err) && !redis.IsMaxClientsError(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 func notify(ch chan<- struct{}) {

@@ -294,6 +294,11 @@ func (s *Store) load(ctx context.Context, initial bool) error {
 	return nil
 }
 
+// callCtx bounds one write to the backend by Options.Timeout.
+func (s *Store) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
 // Version is the change counter of the cached state; it grows on every write.
 func (s *Store) Version() int64 { return s.snap.Load().version }
 
@@ -343,7 +348,9 @@ func (s *Store) putTenant(ctx context.Context, t Tenant, create bool) error {
 	if err := tt.Validate(); err != nil {
 		return err
 	}
-	if err := s.be.putTenant(ctx, tt, create); err != nil {
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	if err := s.be.putTenant(cctx, tt, create); err != nil {
 		return err
 	}
 	return s.Reload(ctx)
@@ -351,7 +358,9 @@ func (s *Store) putTenant(ctx context.Context, t Tenant, create bool) error {
 
 // DeleteTenant removes a tenant and its API keys.
 func (s *Store) DeleteTenant(ctx context.Context, id string) error {
-	if err := s.be.deleteTenant(ctx, id); err != nil {
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	if err := s.be.deleteTenant(cctx, id); err != nil {
 		return err
 	}
 	return s.Reload(ctx)
@@ -385,7 +394,9 @@ func (s *Store) CreateKey(ctx context.Context, tenantID, name string) (string, K
 		KeyInfo: KeyInfo{ID: id, TenantID: tenantID, Name: name, Prefix: keyPrefix + id, Created: time.Now().UTC().Truncate(time.Second)},
 		Hash:    hex.EncodeToString(sum[:]),
 	}
-	if err := s.be.putKey(ctx, rec, false); err != nil {
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	if err := s.be.putKey(cctx, rec, false); err != nil {
 		return "", KeyInfo{}, err
 	}
 	if err := s.Reload(ctx); err != nil {
@@ -408,7 +419,9 @@ func (s *Store) Keys(tenantID string) []KeyInfo {
 
 // DeleteKey revokes one key of a tenant.
 func (s *Store) DeleteKey(ctx context.Context, tenantID, keyID string) error {
-	if err := s.be.deleteKey(ctx, tenantID, keyID); err != nil {
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	if err := s.be.deleteKey(cctx, tenantID, keyID); err != nil {
 		return err
 	}
 	return s.Reload(ctx)
@@ -422,7 +435,9 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, o ClusterOverri
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	if err := s.be.putOverride(ctx, cluster, o); err != nil {
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	if err := s.be.putOverride(cctx, cluster, o); err != nil {
 		return err
 	}
 	return s.Reload(ctx)
@@ -430,7 +445,9 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, o ClusterOverri
 
 // DeleteOverride removes the override for one cluster.
 func (s *Store) DeleteOverride(ctx context.Context, cluster string) error {
-	if err := s.be.deleteOverride(ctx, cluster); err != nil {
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	if err := s.be.deleteOverride(cctx, cluster); err != nil {
 		return err
 	}
 	return s.Reload(ctx)

@@ -450,3 +450,96 @@ func TestSeedSurvivesEmptyRedis(t *testing.T) {
 		time.Sleep(interval / 2)
 	}
 }
+
+// TestWritesWhileRedisDown: every write fails with an error wrapping
+// ErrUnavailable while Redis is down, and validation errors stay what they
+// are; after Redis is back, writes work again.
+func TestWritesWhileRedisDown(t *testing.T) {
+	rs := testservice.StartRedis(t)
+	s, _ := newRedisStore(t, rs.Addr(), Options{Timeout: 500 * time.Millisecond})
+	ctx := context.Background()
+	if err := s.CreateTenant(ctx, Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	writes := []struct {
+		name string
+		do   func() error
+	}{
+		{"create tenant", func() error { return s.CreateTenant(ctx, Tenant{ID: "beta"}) }},
+		{"update tenant", func() error { return s.UpdateTenant(ctx, Tenant{ID: "acme", Policy: PolicyLatencyFirst}) }},
+		{"create key", func() error { _, _, err := s.CreateKey(ctx, "acme", "ci"); return err }},
+		{"delete key", func() error { return s.DeleteKey(ctx, "acme", "000000000000") }},
+		{"set override", func() error { return s.SetOverride(ctx, "use1-a", ClusterOverride{Drain: true}) }},
+		{"delete override", func() error { return s.DeleteOverride(ctx, "use1-a") }},
+		{"delete tenant", func() error { return s.DeleteTenant(ctx, "beta") }},
+		{"reload", func() error { return s.Reload(ctx) }},
+	}
+	rs.Stop()
+	for _, w := range writes {
+		t.Run("down/"+w.name, func(t *testing.T) {
+			if err := w.do(); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("err = %v, want ErrUnavailable", err)
+			}
+		})
+	}
+	var fe *FieldError
+	if err := s.CreateTenant(ctx, Tenant{ID: "bad id"}); !errors.As(err, &fe) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("invalid tenant while down: %v, want a FieldError", err)
+	}
+	rs.Start()
+	// The client's pool redials in the background after failed dials, so
+	// writes may still report ErrUnavailable for a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := s.CreateTenant(ctx, Tenant{ID: "acme"})
+		if err == nil || errors.Is(err, ErrExists) {
+			break
+		}
+		if !errors.Is(err, ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("after restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := s.SetOverride(ctx, "use1-a", ClusterOverride{Drain: true}); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+}
+
+// TestWriteTimeout: a Redis that accepts writes but never answers them
+// (CLIENT PAUSE WRITE) fails each write within Options.Timeout with
+// ErrUnavailable instead of hanging for the pause.
+func TestWriteTimeout(t *testing.T) {
+	rs := testservice.StartRedis(t)
+	// No socket timeout of its own, so only the store's deadline applies.
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), ReadTimeout: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := New(context.Background(), Options{Redis: rdb, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if err := s.CreateTenant(ctx, Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "600000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop) // before the clients close, so nothing waits for the pause
+	for _, w := range []struct {
+		name string
+		do   func() error
+	}{
+		{"create tenant", func() error { return s.CreateTenant(ctx, Tenant{ID: "beta"}) }},
+		{"set override", func() error { return s.SetOverride(ctx, "use1-a", ClusterOverride{Drain: true}) }},
+		{"create key", func() error { _, _, err := s.CreateKey(ctx, "acme", ""); return err }},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			if err := w.do(); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v, want ErrUnavailable from the deadline", err)
+			}
+		})
+	}
+}

@@ -76,6 +76,10 @@ var (
 	ErrNotFound        = errors.New("tenant: not found")
 	ErrExists          = errors.New("tenant: already exists")
 	ErrUnauthenticated = errors.New("tenant: unauthenticated")
+	// ErrUnavailable is wrapped by store errors caused by the backend (Redis)
+	// being unreachable or unable to serve: the write did not happen, or
+	// did but could not be read back, and may be retried later.
+	ErrUnavailable = errors.New("tenant: store unavailable")
 	// ErrDisabled wraps ErrUnauthenticated so callers that only check the
 	// latter still reject; callers that care can answer 403 instead of 401.
 	ErrDisabled = fmt.Errorf("%w: tenant disabled", ErrUnauthenticated)
