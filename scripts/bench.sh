@@ -74,15 +74,15 @@ done
 
 trace_sections=0
 if [ -f "$TRACES/azure_llm_code_2023.csv" ]; then
-	section "trace: Azure LLM code 2023 (full hour, 4 H100 + 4 A10G)" "$OUT/azure_llm_code_2023.json" \
-		"$BIN" bench --trace "$TRACES/azure_llm_code_2023.csv" --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
+	section "trace: Azure LLM code 2023 (full hour, 4 H100 + 4 A10G)" "$OUT/trace-code.json" \
+		"$BIN" bench --trace "$TRACES/azure_llm_code_2023.csv" --name trace-code --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
 	trace_sections=$((trace_sections + 1))
 else
 	echo "bench.sh: $TRACES/azure_llm_code_2023.csv absent, skipping" >&2
 fi
 if [ -f "$TRACES/mooncake_conversation.jsonl" ]; then
-	section "trace: Mooncake conversation (first 10 min, 8 H100)" "$OUT/mooncake_conversation.json" \
-		"$BIN" bench --trace "$TRACES/mooncake_conversation.jsonl" --fleet bench/fleets/h100x8-llama8b.yaml --duration 10m --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
+	section "trace: Mooncake conversation (first 10 min, 8 H100)" "$OUT/trace-conversation.json" \
+		"$BIN" bench --trace "$TRACES/mooncake_conversation.jsonl" --name trace-conversation --fleet bench/fleets/h100x8-llama8b.yaml --duration 10m --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
 	trace_sections=$((trace_sections + 1))
 else
 	echo "bench.sh: $TRACES/mooncake_conversation.jsonl absent, skipping" >&2

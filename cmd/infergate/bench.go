@@ -46,6 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		targets    = fs.String("targets", "", "print the targets table (Markdown) for these comma-separated JSON reports and exit")
 		plots      = fs.String("plots", "", "write SVG plots (TTFT CDF, per-pod load) into this directory")
 		tracePath  = fs.String("trace", "", "replay a trace instead of a scenario: Mooncake .jsonl or Azure .csv")
+		traceName  = fs.String("name", "", "with --trace: the run's name in reports and plot file names (default trace:<file name>)")
 		fleetPath  = fs.String("fleet", "", "fleet YAML for --trace (default: 4 H100 + 4 A10G, Llama-3.1-8B)")
 		duration   = fs.Duration("duration", 0, "with --trace: keep arrivals before this (after --rate-scale); with --scenario: override the arrival window")
 		rateScale  = fs.Float64("rate-scale", 1, "multiply the arrival rate (a trace's time is compressed by it)")
@@ -165,6 +166,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		name := "trace:" + filepath.Base(*tracePath)
+		if *traceName != "" {
+			name = *traceName
+		}
 		cmp.Setup = bench.Setup{Name: name, Fleet: f, Horizon: st.Duration + 10*time.Minute}
 		// A trace is one fixed stream: seeds vary only the policies' own
 		// randomness (tie-breaks, random picks).
