@@ -19,7 +19,7 @@ import (
 
 	"github.com/infergate/infergate/sim/fleet"
 	"github.com/infergate/infergate/tier1/gateway"
-	"github.com/infergate/infergate/tier1/tier1config"
+	tier1server "github.com/infergate/infergate/tier1/server"
 )
 
 // Defaults for Options.
@@ -167,12 +167,12 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64,
 	}
 	st.cleanups = append(st.cleanups, f.Close)
 
-	cfg := tier1config.Config{
+	cfg := gateway.Config{
 		Listen: "127.0.0.1:0", Cluster: c.Name, Region: c.Region,
-		Auth: tier1config.AuthConfig{Tokens: []string{st.Tier1Token}},
+		Auth: gateway.AuthConfig{Tokens: []string{st.Tier1Token}},
 		// A local stack needs no 50ms scrapes; this keeps a dozen pods
 		// cheap on a laptop.
-		Scrape: tier1config.ScrapeConfig{Interval: 100 * time.Millisecond},
+		Scrape: gateway.ScrapeConfig{Interval: 100 * time.Millisecond},
 		Pools:  c.Pools,
 	}
 	for _, p := range f.Pods {
@@ -181,7 +181,7 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64,
 		if pool == "" {
 			return info, fmt.Errorf("pod %s serves %q, which no pool of the cluster declares", p.Spec.Name, pc.ServedModelName)
 		}
-		cfg.Pods = append(cfg.Pods, tier1config.PodConfig{Name: p.Spec.Name, Address: p.Addr, Pool: pool,
+		cfg.Pods = append(cfg.Pods, gateway.PodConfig{Name: p.Spec.Name, Address: p.Addr, Pool: pool,
 			Engine: p.Spec.Engine, GPU: p.Spec.GPU})
 		info.Pods = append(info.Pods, p.Spec.Name+" "+p.URL)
 	}
@@ -189,17 +189,17 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64,
 	if err := cfg.Validate(); err != nil {
 		return info, fmt.Errorf("tier1 config: %w", err)
 	}
-	gw, err := gateway.New(ctx, &cfg, gateway.Options{Logger: log.With("component", "tier1")})
+	srv, err := tier1server.New(ctx, &cfg, tier1server.Options{Logger: log.With("component", "tier1"), ShutdownTimeout: 5 * time.Second})
 	if err != nil {
 		return info, err
 	}
-	st.cleanups = append(st.cleanups, func() error { gw.Close(); return nil })
+	st.cleanups = append(st.cleanups, func() error { srv.Close(); return nil })
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return info, fmt.Errorf("tier1 listen: %w", err)
 	}
 	info.URL = "http://" + ln.Addr().String()
-	st.run(c.Name+" tier1", func() error { return gw.Serve(ctx, ln, 5*time.Second) })
+	st.run(c.Name+" tier1", func() error { return srv.Serve(ctx, ln, nil) })
 	return info, nil
 }
 

@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/infergate/infergate/tier1/register"
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/server"
 	"github.com/infergate/infergate/tier2/tenant"
@@ -27,7 +27,7 @@ func (st *Stack) tier2Config(ln, adminLn net.Listener, opts Options) server.Conf
 	}
 	for _, c := range st.Clusters {
 		cfg.Clusters = append(cfg.Clusters, discovery.Cluster{ID: c.Name, Name: c.Name, Region: c.Region, Address: c.URL,
-			Models: c.Models(), Cost: c.Cost, CostUnit: register.CostPerGPUHour, Pricing: c.Pricing})
+			Models: c.Models(), Cost: c.Cost, CostUnit: cluster.CostPerGPUHour, Pricing: c.Pricing})
 	}
 	return cfg
 }

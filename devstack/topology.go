@@ -2,7 +2,7 @@ package devstack
 
 import (
 	"github.com/infergate/infergate/sim/fleet"
-	"github.com/infergate/infergate/tier1/tier1config"
+	"github.com/infergate/infergate/tier1/gateway"
 )
 
 // Model names the local stack serves, as clients send them.
@@ -29,7 +29,7 @@ type Cluster struct {
 	Pricing string  // spot or on-demand
 	// Pools are the Tier 1 pools; every pod of Pods belongs to the pool
 	// whose Model is the pod's served model name.
-	Pools []tier1config.PoolConfig
+	Pools []gateway.PoolConfig
 	Pods  []fleet.PodSpec
 }
 
@@ -70,18 +70,18 @@ func Topology() []Cluster {
 		}
 		return p
 	}
-	llamaPool := func(adapters ...string) tier1config.PoolConfig {
-		return tier1config.PoolConfig{Name: "llama", Model: LlamaModel, Adapters: adapters}
+	llamaPool := func(adapters ...string) gateway.PoolConfig {
+		return gateway.PoolConfig{Name: "llama", Model: LlamaModel, Adapters: adapters}
 	}
 	return []Cluster{
 		{
 			Name: "cluster-a", Region: HomeRegion, Cost: 1.80, Pricing: "spot",
-			Pools: []tier1config.PoolConfig{llamaPool(SQLLoRA, SupportLoRA)},
+			Pools: []gateway.PoolConfig{llamaPool(SQLLoRA, SupportLoRA)},
 			Pods:  []fleet.PodSpec{llama("a-llama-h100", "h100", "vllm", 2, 256, SQLLoRA, SupportLoRA)},
 		},
 		{
 			Name: "cluster-b", Region: HomeRegion, Cost: 2.40, Pricing: "on-demand",
-			Pools: []tier1config.PoolConfig{llamaPool(SQLLoRA), {Name: "qwen", Model: QwenModel}},
+			Pools: []gateway.PoolConfig{llamaPool(SQLLoRA), {Name: "qwen", Model: QwenModel}},
 			Pods: []fleet.PodSpec{
 				llama("b-llama-a10g", "a10g", "vllm-legacy", 2, 64, SQLLoRA),
 				{Name: "b-qwen-a10g-tp4", Model: "qwen3-32b", ServedModelName: QwenModel, GPU: "a10g", TP: 4,
@@ -90,7 +90,7 @@ func Topology() []Cluster {
 		},
 		{
 			Name: "cluster-c", Region: FailoverRegion, Cost: 2.70, Pricing: "spot",
-			Pools: []tier1config.PoolConfig{llamaPool()},
+			Pools: []gateway.PoolConfig{llamaPool()},
 			Pods: []fleet.PodSpec{
 				llama("c-llama-l4-sglang", "l4", "sglang", 1, 64),
 				llama("c-llama-l4-tgi", "l4", "tgi", 1, 64),
@@ -98,7 +98,7 @@ func Topology() []Cluster {
 		},
 		{
 			Name: "cluster-d", Region: FailoverRegion, Cost: 3.10, Pricing: "on-demand",
-			Pools: []tier1config.PoolConfig{llamaPool(SupportLoRA)},
+			Pools: []gateway.PoolConfig{llamaPool(SupportLoRA)},
 			Pods: []fleet.PodSpec{
 				llama("d-llama-h100", "h100", "vllm", 1, 256, SupportLoRA),
 				llama("d-llama-a10g", "a10g", "vllm-legacy", 1, 64, SupportLoRA),

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/testservice"
 	"github.com/infergate/infergate/shared/cluster"
-	"github.com/infergate/infergate/shared/testservice"
 )
 
 // TestTier2Command covers what `infergate tier2` itself does around

@@ -1,5 +1,8 @@
-// Package cluster holds what a Tier 1 cluster tells Tier 2 about itself: the
-// compact load summary Tier 2 polls to route across clusters.
+// Package cluster is the contract between the tiers: what a Tier 1 cluster
+// tells Tier 2 about itself. Tier 1 announces itself in Consul as the
+// service ServiceName with the Meta* keys (consul.go) and serves a compact
+// LoadSummary at LoadPath that Tier 2 polls to route across clusters. Both
+// tiers import this package and nothing else of each other.
 package cluster
 
 import "time"

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/infergate/infergate/shared/tokenize"
+	"github.com/infergate/infergate/sim/tokenize"
 )
 
 // apiError is a request failure to report as an OpenAI-style JSON error.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/shared/openai"
-	"github.com/infergate/infergate/shared/tokenize"
 	"github.com/infergate/infergate/sim/engine"
+	"github.com/infergate/infergate/sim/tokenize"
 )
 
 // progress is what the engine's callbacks hand to an HTTP handler. The

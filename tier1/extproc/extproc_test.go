@@ -26,7 +26,6 @@ import (
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/sim/server"
 	"github.com/infergate/infergate/tier1/gateway"
-	"github.com/infergate/infergate/tier1/tier1config"
 )
 
 // These tests run the ext_proc server on a real loopback socket in front of
@@ -76,7 +75,7 @@ func newTestEnv(t *testing.T, specs []podSpec, extra string, opts Options) *test
 		te.pods[sp.name] = p
 		fmt.Fprintf(&b, "  - {name: %s, address: %q, pool: llama, gpu: h100}\n", sp.name, p.Addr)
 	}
-	var cfg tier1config.Config
+	var cfg gateway.Config
 	if err := config.Decode("extproc-test.yaml", []byte(b.String()), &cfg); err != nil {
 		t.Fatalf("config: %v\n%s", err, b.String())
 	}

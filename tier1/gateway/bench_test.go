@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/tier1config"
 )
 
 // BenchmarkProxy compares infergate's full request path (auth, body parse,
@@ -61,7 +60,7 @@ func BenchmarkProxy(b *testing.B) {
 		for i := 0; i < 4; i++ {
 			fmt.Fprintf(&y, "  - {name: pod-%d, address: %q, pool: p, engine: vllm}\n", i, addr)
 		}
-		var cfg tier1config.Config
+		var cfg Config
 		if err := config.Decode("bench.yaml", []byte(y.String()), &cfg); err != nil {
 			b.Fatal(err)
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/sim/engine"
 	"github.com/infergate/infergate/sim/server"
-	"github.com/infergate/infergate/tier1/tier1config"
 )
 
 // End-to-end tests: the gateway in front of simulated GPU pods
@@ -68,7 +67,7 @@ func newSimEnv(t *testing.T, pods []simPod, extra string) *simEnv {
 		se.sims[sp.name] = sp
 		fmt.Fprintf(&b, "  - {name: %s, address: %q, pool: llama, gpu: %s}\n", sp.name, p.Addr, sp.cfg.GPU)
 	}
-	var cfg tier1config.Config
+	var cfg Config
 	if err := config.Decode("e2e.yaml", []byte(b.String()), &cfg); err != nil {
 		t.Fatalf("config: %v\n%s", err, b.String())
 	}
@@ -76,7 +75,7 @@ func newSimEnv(t *testing.T, pods []simPod, extra string) *simEnv {
 	return se
 }
 
-func startSimGateway(t *testing.T, cfg *tier1config.Config, se *simEnv) *env {
+func startSimGateway(t *testing.T, cfg *Config, se *simEnv) *env {
 	fake := make([]*fakePod, 0, len(se.sims))
 	for name := range se.sims {
 		fake = append(fake, &fakePod{name: name}) // names only, for waitReady

@@ -28,7 +28,6 @@ import (
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/scrape"
-	"github.com/infergate/infergate/tier1/tier1config"
 )
 
 // Options are a Gateway's collaborators. Zero fields take defaults.
@@ -75,25 +74,25 @@ type Gateway struct {
 // state is one applied configuration; requests load it once and use it
 // throughout, so a reload never changes a request midway.
 type state struct {
-	cfg           *tier1config.Config
+	cfg           *Config
 	tokens        tokenSet
 	upstreamToken string
 	pools         map[string]*poolState
 	poolList      []*poolState
 	routes        map[string]route // static model names -> pool
-	policies      map[string]tier1config.ModelConfig
+	policies      map[string]ModelConfig
 	pods          map[string]*podRT
 }
 
 type poolState struct {
-	cfg   tier1config.PoolConfig
+	cfg   PoolConfig
 	pods  []*podRT
 	queue *waitQueue
 }
 
 // podRT is a configured pod plus the router's runtime notes on it.
 type podRT struct {
-	cfg  tier1config.PodConfig
+	cfg  PodConfig
 	pool *poolState
 	// downUntil (unix nanos) marks the pod unready after a failed
 	// connection, until the scraper has had time to notice.
@@ -120,7 +119,7 @@ type route struct {
 
 // New builds a Gateway for cfg (defaults are filled in place) and starts
 // scraping its pods. It runs until ctx is done.
-func New(ctx context.Context, cfg *tier1config.Config, opts Options) (*Gateway, error) {
+func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 	cfg.SetDefaults()
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -195,7 +194,7 @@ func (g *Gateway) Close() { g.scraper.Close() }
 // tokens and the scheduling profile change at once for new requests.
 // Listen address, scrape intervals and the connect timeout need a restart.
 // On error the previous configuration stays in force.
-func (g *Gateway) Apply(cfg *tier1config.Config) error {
+func (g *Gateway) Apply(cfg *Config) error {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
 	// Callers building a Config in code may skip the loader: default and
@@ -221,7 +220,7 @@ func (g *Gateway) Apply(cfg *tier1config.Config) error {
 		upstreamToken: upTok,
 		pools:         map[string]*poolState{},
 		routes:        map[string]route{},
-		policies:      map[string]tier1config.ModelConfig{},
+		policies:      map[string]ModelConfig{},
 		pods:          map[string]*podRT{},
 	}
 	g.queuesMu.Lock()
@@ -284,11 +283,11 @@ func (g *Gateway) Apply(cfg *tier1config.Config) error {
 	return nil
 }
 
-func poolHasAdapters(cfg *tier1config.Config, pc tier1config.PoolConfig) bool {
+func poolHasAdapters(cfg *Config, pc PoolConfig) bool {
 	if len(pc.Adapters) > 0 {
 		return true
 	}
-	return slices.ContainsFunc(cfg.Models, func(m tier1config.ModelConfig) bool { return m.Base == pc.Model })
+	return slices.ContainsFunc(cfg.Models, func(m ModelConfig) bool { return m.Base == pc.Model })
 }
 
 // scrapeNeeds maps the enabled scorers to the pod metrics they read.
@@ -348,7 +347,7 @@ func (g *Gateway) watchConfig(ctx context.Context, path string, every time.Durat
 
 // Reload loads the file at path and applies it.
 func (g *Gateway) Reload(path string) error {
-	var cfg tier1config.Config
+	var cfg Config
 	err := config.Load(path, &cfg)
 	if err == nil {
 		err = g.Apply(&cfg)

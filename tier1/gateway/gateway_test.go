@@ -15,7 +15,6 @@ import (
 
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/tier1config"
 )
 
 func TestErrorStatuses(t *testing.T) {
@@ -99,7 +98,7 @@ func TestErrorStatuses(t *testing.T) {
 
 func TestAuthDisabledExplicitly(t *testing.T) {
 	pod := newFakePod(t, "p0")
-	var cfg tier1config.Config
+	var cfg Config
 	yaml := fmt.Sprintf("auth: {disabled: true, trust_priority_header: true}\npools: [{name: a, model: llama}]\npods: [{name: p0, address: %q, pool: a}]\n", pod.addr())
 	if err := config.Decode("t.yaml", []byte(yaml), &cfg); err != nil {
 		t.Fatal(err)
@@ -416,7 +415,7 @@ func TestHotReload(t *testing.T) {
 		}
 	}
 	write(fmt.Sprintf("  - {name: a, address: %q, pool: p}\n", a.addr()), 2)
-	var cfg tier1config.Config
+	var cfg Config
 	if err := config.Load(path, &cfg); err != nil {
 		t.Fatal(err)
 	}

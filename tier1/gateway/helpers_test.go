@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/tier1config"
 )
 
 const testToken = "test-token-123"
@@ -95,7 +94,7 @@ type env struct {
 	gw   *Gateway
 	url  string
 	pods map[string]*fakePod
-	cfg  *tier1config.Config
+	cfg  *Config
 }
 
 // newEnv starts a gateway over the given pods (all in pool "llama",
@@ -112,14 +111,14 @@ func newEnv(t testing.TB, pods []*fakePod, extra string) *env {
 		fmt.Fprintf(&b, "  - {name: %s, address: %q, pool: llama-pool, engine: vllm}\n", p.name, p.addr())
 	}
 	b.WriteString(extra)
-	var cfg tier1config.Config
+	var cfg Config
 	if err := config.Decode("test.yaml", []byte(b.String()), &cfg); err != nil {
 		t.Fatalf("config: %v\n%s", err, b.String())
 	}
 	return startEnv(t, &cfg, pods, "")
 }
 
-func startEnv(t testing.TB, cfg *tier1config.Config, pods []*fakePod, path string) *env {
+func startEnv(t testing.TB, cfg *Config, pods []*fakePod, path string) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	gw, err := New(ctx, cfg, Options{Logger: slog.New(slog.DiscardHandler), ConfigPath: path})

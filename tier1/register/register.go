@@ -1,7 +1,7 @@
 // Package register announces a Tier 1 router to Consul so that Tier 2 can
-// find it: one instance of the service infergate-tier1 per Tier 1, with what
-// Tier 2 routes on (region, cluster, models, cost, capacity) in its metadata
-// and an HTTP health check. Tier 2's discovery parses the same keys.
+// find it: one instance of the service infergate-tier1 per Tier 1 replica,
+// with what Tier 2 routes on (region, cluster, models, cost, capacity) in
+// its metadata (keys in shared/cluster) and an HTTP health check.
 package register
 
 import (
@@ -14,27 +14,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/infergate/infergate/shared/cluster"
 )
 
-// ServiceName is the Consul service every Tier 1 registers as.
-const ServiceName = "infergate-tier1"
-
-// Metadata keys of an infergate-tier1 instance.
+// The service name, metadata keys and cost units are the contract with
+// Tier 2 and live in shared/cluster.
 const (
-	MetaRegion   = "region"
-	MetaCluster  = "cluster"
-	MetaModels   = "models"    // comma-separated served model names
-	MetaCost     = "cost"      // decimal, in CostUnit
-	MetaCostUnit = "cost_unit" // CostPerGPUHour or CostPerMTok
-	MetaPricing  = "pricing"   // spot or on-demand, informational
-	MetaCapacity = "capacity"  // concurrent requests the cluster is sized for
-	MetaScheme   = "scheme"    // http (default) or https
-)
-
-// Cost units.
-const (
-	CostPerGPUHour = "gpu-hour"
-	CostPerMTok    = "mtok"
+	ServiceName    = cluster.ServiceName
+	CostPerGPUHour = cluster.CostPerGPUHour
+	CostPerMTok    = cluster.CostPerMTok
 )
 
 // Consul limits metadata values to 512 characters.
@@ -144,16 +133,16 @@ func (r *Registration) validate() error {
 func (r Registration) Meta() map[string]string {
 	r.setDefaults()
 	m := map[string]string{
-		MetaRegion:   r.Region,
-		MetaCluster:  r.Cluster,
-		MetaModels:   strings.Join(r.Models, ","),
-		MetaCost:     strconv.FormatFloat(r.Cost, 'g', -1, 64),
-		MetaCostUnit: r.CostUnit,
-		MetaCapacity: strconv.Itoa(r.Capacity),
-		MetaScheme:   r.Scheme,
+		cluster.MetaRegion:   r.Region,
+		cluster.MetaCluster:  r.Cluster,
+		cluster.MetaModels:   strings.Join(r.Models, ","),
+		cluster.MetaCost:     strconv.FormatFloat(r.Cost, 'g', -1, 64),
+		cluster.MetaCostUnit: r.CostUnit,
+		cluster.MetaCapacity: strconv.Itoa(r.Capacity),
+		cluster.MetaScheme:   r.Scheme,
 	}
 	if r.Pricing != "" {
-		m[MetaPricing] = r.Pricing
+		m[cluster.MetaPricing] = r.Pricing
 	}
 	return m
 }

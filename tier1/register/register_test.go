@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/infergate/infergate/shared/testservice"
+	"github.com/infergate/infergate/internal/testservice"
 	"github.com/infergate/infergate/tier1/register"
 )
 

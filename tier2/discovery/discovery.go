@@ -22,9 +22,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/infergate/infergate/tier1/register"
 )
 
 // Cluster is one Tier 1 router as Tier 2 sees it.
@@ -35,7 +34,7 @@ type Cluster struct {
 	Address  string   `yaml:"address" json:"address"`     // base URL, e.g. http://10.0.0.5:8080
 	Models   []string `yaml:"models" json:"models"`       // served models; empty means unknown
 	Cost     float64  `yaml:"cost" json:"cost"`           // in CostUnit
-	CostUnit string   `yaml:"cost_unit" json:"cost_unit"` // register.CostPerGPUHour or register.CostPerMTok
+	CostUnit string   `yaml:"cost_unit" json:"cost_unit"` // cluster.CostPerGPUHour or cluster.CostPerMTok
 	Pricing  string   `yaml:"pricing" json:"pricing"`     // spot / on-demand, informational
 	Capacity int      `yaml:"capacity" json:"capacity"`   // concurrent requests the cluster is sized for; 0 = unknown
 }
@@ -60,8 +59,8 @@ func (c Cluster) Validate() error {
 	if c.Cost < 0 {
 		errs = append(errs, fmt.Errorf("cluster %q: cost is negative", c.Name))
 	}
-	if c.CostUnit != "" && c.CostUnit != register.CostPerGPUHour && c.CostUnit != register.CostPerMTok {
-		errs = append(errs, fmt.Errorf("cluster %q: cost_unit %q: want %q or %q", c.Name, c.CostUnit, register.CostPerGPUHour, register.CostPerMTok))
+	if c.CostUnit != "" && c.CostUnit != cluster.CostPerGPUHour && c.CostUnit != cluster.CostPerMTok {
+		errs = append(errs, fmt.Errorf("cluster %q: cost_unit %q: want %q or %q", c.Name, c.CostUnit, cluster.CostPerGPUHour, cluster.CostPerMTok))
 	}
 	return errors.Join(errs...)
 }
@@ -73,7 +72,7 @@ type ConsulOptions struct {
 	Token      string // ACL token (needs service:read on infergate-tier1 and node:read)
 	Datacenter string
 	TLS        api.TLSConfig // CA / client certificate files, server name, skip-verify
-	Service    string        // default register.ServiceName
+	Service    string        // default cluster.ServiceName
 	Tag        string        // optional tag filter
 	// WaitTime bounds one blocking query (Consul caps it at 10m). Default 30s.
 	WaitTime time.Duration
@@ -161,7 +160,7 @@ func New(opts Options) (*Discovery, error) {
 	if opts.Consul != nil {
 		c := *opts.Consul
 		if c.Service == "" {
-			c.Service = register.ServiceName
+			c.Service = cluster.ServiceName
 		}
 		if c.WaitTime <= 0 {
 			c.WaitTime = 30 * time.Second
@@ -322,29 +321,29 @@ func fromConsul(entries []*api.ServiceEntry, log *slog.Logger) []Cluster {
 			addr = e.Node.Address
 		}
 		meta := s.Meta
-		scheme := meta[register.MetaScheme]
+		scheme := meta[cluster.MetaScheme]
 		if scheme == "" {
 			scheme = "http"
 		}
 		c := Cluster{
 			ID:       s.ID,
-			Name:     meta[register.MetaCluster],
-			Region:   meta[register.MetaRegion],
+			Name:     meta[cluster.MetaCluster],
+			Region:   meta[cluster.MetaRegion],
 			Address:  scheme + "://" + net.JoinHostPort(addr, strconv.Itoa(s.Port)),
-			CostUnit: meta[register.MetaCostUnit],
-			Pricing:  meta[register.MetaPricing],
+			CostUnit: meta[cluster.MetaCostUnit],
+			Pricing:  meta[cluster.MetaPricing],
 		}
 		if c.Name == "" {
 			c.Name = s.ID
 		}
-		if m := meta[register.MetaModels]; m != "" {
+		if m := meta[cluster.MetaModels]; m != "" {
 			for _, name := range strings.Split(m, ",") {
 				if name = strings.TrimSpace(name); name != "" {
 					c.Models = append(c.Models, name)
 				}
 			}
 		}
-		if v := meta[register.MetaCost]; v != "" {
+		if v := meta[cluster.MetaCost]; v != "" {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0 {
 				log.Warn("ignoring bad cost in consul metadata", "service", s.ID, "cost", v)
@@ -352,7 +351,7 @@ func fromConsul(entries []*api.ServiceEntry, log *slog.Logger) []Cluster {
 				c.Cost = f
 			}
 		}
-		if v := meta[register.MetaCapacity]; v != "" {
+		if v := meta[cluster.MetaCapacity]; v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				log.Warn("ignoring bad capacity in consul metadata", "service", s.ID, "capacity", v)
@@ -376,7 +375,7 @@ func normalise(cs []Cluster) []Cluster {
 			c.ID = c.Name
 		}
 		if c.CostUnit == "" {
-			c.CostUnit = register.CostPerGPUHour
+			c.CostUnit = cluster.CostPerGPUHour
 		}
 		c.Address = strings.TrimRight(c.Address, "/")
 		c.Models = slices.Clone(c.Models)

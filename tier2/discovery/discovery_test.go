@@ -17,7 +17,8 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/infergate/infergate/shared/testservice"
+	"github.com/infergate/infergate/internal/testservice"
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/tier1/register"
 	"github.com/infergate/infergate/tier2/discovery"
 )
@@ -72,7 +73,7 @@ func TestStaticWithoutConsul(t *testing.T) {
 	if len(cs) != 2 || cs[0].ID != "a" || cs[1].Address != "http://127.0.0.1:2" || cs[1].Models[0] != "m1" {
 		t.Fatalf("clusters = %+v", cs)
 	}
-	if cs[0].CostUnit != register.CostPerGPUHour {
+	if cs[0].CostUnit != cluster.CostPerGPUHour {
 		t.Errorf("default cost unit = %q", cs[0].CostUnit)
 	}
 }
@@ -156,7 +157,7 @@ func TestConsulWatch(t *testing.T) {
 	changed := d.Changed()
 	dereg, err := register.Register(context.Background(), client, register.Registration{
 		Address: host, Port: port, Region: "us-east", Cluster: "east-1",
-		Models: []string{"llama", "qwen"}, Cost: 2.5, CostUnit: register.CostPerGPUHour, Pricing: "spot", Capacity: 64,
+		Models: []string{"llama", "qwen"}, Cost: 2.5, CostUnit: cluster.CostPerGPUHour, Pricing: "spot", Capacity: 64,
 		CheckHTTP: "http://" + host + ":" + strconv.Itoa(port) + "/ready", CheckInterval: time.Second,
 		InitialStatus: api.HealthPassing, // registered once ready, as Tier 1 does
 	})

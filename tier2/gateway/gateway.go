@@ -27,8 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
-	"github.com/infergate/infergate/tier1/register"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/route"
 	"github.com/infergate/infergate/tier2/tenant"
@@ -451,7 +451,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		if c := x.served; c != nil {
 			g.mTokens.WithLabelValues(t.ID, c.Name, "prompt").Add(float64(u.PromptTokens))
 			g.mTokens.WithLabelValues(t.ID, c.Name, "completion").Add(float64(u.CompletionTokens))
-			if c.CostUnit == register.CostPerMTok && c.Cost > 0 {
+			if c.CostUnit == cluster.CostPerMTok && c.Cost > 0 {
 				g.mCost.WithLabelValues(t.ID, c.Name).Add(float64(u.total()) / 1e6 * c.Cost)
 			}
 		}

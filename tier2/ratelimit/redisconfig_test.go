@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/shared/testservice"
+	"github.com/infergate/infergate/internal/testservice"
 	"github.com/infergate/infergate/tier2/tenant"
 )
 

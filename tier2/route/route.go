@@ -42,7 +42,6 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/infergate/infergate/shared/cluster"
-	"github.com/infergate/infergate/tier1/register"
 	"github.com/infergate/infergate/tier2/discovery"
 )
 
@@ -713,7 +712,7 @@ func (r *Router) effectiveCost(c discovery.Cluster, ov Override) float64 {
 	if ov.Cost != nil {
 		cost = *ov.Cost
 	}
-	if c.CostUnit == register.CostPerGPUHour && r.opts.TokensPerGPUSecond > 0 {
+	if c.CostUnit == cluster.CostPerGPUHour && r.opts.TokensPerGPUSecond > 0 {
 		cost /= r.opts.TokensPerGPUSecond * 3600 / 1e6
 	}
 	if ov.Weight != nil && *ov.Weight > 0 {

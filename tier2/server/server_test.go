@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/infergate/infergate/internal/testservice"
 	"github.com/infergate/infergate/shared/cluster"
-	"github.com/infergate/infergate/shared/testservice"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/tenant"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/infergate/infergate/shared/testservice"
+	"github.com/infergate/infergate/internal/testservice"
 )
 
 func newMemStore(t *testing.T, o Options) *Store {

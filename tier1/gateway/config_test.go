@@ -1,4 +1,4 @@
-package tier1config
+package gateway
 
 import (
 	"os"

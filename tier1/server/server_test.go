@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"net"
@@ -7,16 +7,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/tier1/tier1config"
+	"github.com/infergate/infergate/tier1/gateway"
 )
 
-func TestTier1Registration(t *testing.T) {
-	cfg := &tier1config.Config{
+func TestRegistration(t *testing.T) {
+	cfg := &gateway.Config{
 		Cluster: "east-a",
 		Region:  "us-east",
-		Pools:   []tier1config.PoolConfig{{Name: "llama", Model: "llama-8b", Adapters: []string{"sql-lora"}}},
-		Models:  []tier1config.ModelConfig{{Name: "chat-lora", Base: "llama-8b"}, {Name: "llama-8b"}},
-		Consul:  tier1config.ConsulConfig{Address: "http://127.0.0.1:8500", Cost: 2.5, CostUnit: "mtok", Capacity: 64},
+		Pools:   []gateway.PoolConfig{{Name: "llama", Model: "llama-8b", Adapters: []string{"sql-lora"}}},
+		Models:  []gateway.ModelConfig{{Name: "chat-lora", Base: "llama-8b"}, {Name: "llama-8b"}},
+		Consul:  gateway.ConsulConfig{Address: "http://127.0.0.1:8500", Cost: 2.5, CostUnit: "mtok", Capacity: 64},
 	}
 	tests := []struct {
 		name     string
@@ -33,9 +33,9 @@ func TestTier1Registration(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := *cfg
 			c.Consul.ServiceAddress = tt.svcAddr
-			reg, client, err := tier1Registration(&c, tt.listen)
+			reg, client, err := Registration(&c, tt.listen)
 			if err != nil || client == nil {
-				t.Fatalf("tier1Registration: %v", err)
+				t.Fatalf("Registration: %v", err)
 			}
 			if !tt.wantHost(reg.Address) || reg.Port != tt.wantPort {
 				t.Errorf("address = %s:%d", reg.Address, reg.Port)

@@ -2,7 +2,7 @@
 // listens, who may call it, which pods serve which models, how it scrapes,
 // retries, queues and schedules. It is loaded with shared/config (strict
 // YAML) and hot-reloaded by the gateway.
-package tier1config
+package gateway
 
 import (
 	"errors"

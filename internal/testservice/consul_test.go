@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/shared/testservice"
+	"github.com/infergate/infergate/internal/testservice"
 )
 
 func TestConsulStopStart(t *testing.T) {

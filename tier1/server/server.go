@@ -1,0 +1,221 @@
+// Package server assembles Tier 1 — the per-cluster router — from its
+// configuration: the OpenAI-compatible proxy (tier1/gateway), the optional
+// Envoy ext_proc endpoint picker (tier1/extproc) and the optional Consul
+// registration that lets Tier 2 find this cluster (tier1/register).
+// `infergate tier1` and the local stack (devstack) both build Tier 1
+// through it, so there is one wiring; it mirrors tier2/server.
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/tier1/extproc"
+	"github.com/infergate/infergate/tier1/gateway"
+	"github.com/infergate/infergate/tier1/register"
+)
+
+// Config is Tier 1's configuration file (docs/tier1.md). The proxy is the
+// part that reads almost all of it (and hot-reloads it), so the types live
+// beside it in tier1/gateway.
+type Config = gateway.Config
+
+// Options are the process-level dependencies of a Server.
+type Options struct {
+	Logger *slog.Logger // default: discard
+	// ConfigPath, when set, is watched and hot-reloaded (see docs/tier1.md).
+	ConfigPath string
+	// ExtProc configures the ext_proc listener passed to Serve.
+	ExtProc extproc.Options
+	// ShutdownTimeout is the grace period in-flight requests get after
+	// Serve's context ends. Default 30s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is a configured Tier 1, ready to Serve. Close releases it.
+type Server struct {
+	cfg  *Config
+	log  *slog.Logger
+	opts Options
+	gw   *gateway.Gateway
+}
+
+// New builds Tier 1 from cfg (defaults applied, validated). Scraping starts
+// at once; nothing listens until Serve.
+func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.ExtProc.Logger == nil {
+		opts.ExtProc.Logger = opts.Logger
+	}
+	gw, err := gateway.New(ctx, cfg, gateway.Options{Logger: opts.Logger, ConfigPath: opts.ConfigPath})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw}, nil
+}
+
+// Gateway is the proxy, for callers that need its handler or its picks.
+func (s *Server) Gateway() *gateway.Gateway { return s.gw }
+
+// Close stops scraping and releases the gateway.
+func (s *Server) Close() { s.gw.Close() }
+
+// Serve serves the OpenAI-compatible proxy on ln and, when extProcLn is not
+// nil, the ext_proc endpoint picker on it, until ctx ends; then both drain
+// for the shutdown timeout. When the config names a Consul agent, the
+// router registers itself for as long as it serves and deregisters before
+// draining, so Tier 2 stops sending first. One listener failing stops the
+// other: the process goes down whole, not half of it.
+func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var registered sync.WaitGroup
+	defer registered.Wait()
+	if s.cfg.Consul.Address != "" {
+		tcp, _ := ln.Addr().(*net.TCPAddr)
+		if tcp == nil {
+			return fmt.Errorf("consul registration needs a TCP listener, got %s", ln.Addr())
+		}
+		reg, client, err := Registration(s.cfg, tcp)
+		if err != nil {
+			return err
+		}
+		registered.Add(1)
+		go func() {
+			defer registered.Done()
+			_ = register.Keep(ctx, client, reg, 0, func(err error) {
+				s.log.Warn("consul registration failed; retrying", "consul", s.cfg.Consul.Address, "err", err)
+			})
+		}()
+		s.log.Info("registering in consul", "consul", s.cfg.Consul.Address, "service", cluster.ServiceName, "id", reg.ID)
+	}
+
+	extProcDone := make(chan error, 1)
+	if extProcLn != nil {
+		srv := extproc.New(s.gw, s.opts.ExtProc)
+		go func() {
+			err := srv.Serve(ctx, extProcLn, s.opts.ShutdownTimeout)
+			if err != nil {
+				s.log.Error("ext_proc server failed", "err", err)
+				cancel()
+			}
+			extProcDone <- err
+		}()
+	} else {
+		extProcDone <- nil
+	}
+	err := s.gw.Serve(ctx, ln, s.opts.ShutdownTimeout)
+	cancel() // the HTTP listener ended: stop the ext_proc server too
+	if eerr := <-extProcDone; err == nil && eerr != nil {
+		err = fmt.Errorf("ext_proc: %w", eerr)
+	}
+	return err
+}
+
+// Registration builds the Consul registration for a router configured by
+// cfg and listening on addr.
+func Registration(cfg *Config, addr *net.TCPAddr) (register.Registration, *api.Client, error) {
+	c := cfg.Consul
+	token, err := c.ResolveToken()
+	if err != nil {
+		return register.Registration{}, nil, err
+	}
+	client, err := api.NewClient(&api.Config{Address: c.Address, Token: token})
+	if err != nil {
+		return register.Registration{}, nil, fmt.Errorf("consul client: %w", err)
+	}
+	host := c.ServiceAddress
+	if host == "" {
+		host = addr.IP.String()
+		if addr.IP.IsUnspecified() {
+			// Listening on every interface (as in a pod): announce the
+			// first non-loopback address, which is what peers can dial.
+			host = outboundIP()
+		}
+	}
+	port := c.ServicePort
+	if port == 0 {
+		port = addr.Port
+	}
+	scheme := c.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	// One instance per router replica: several replicas of one cluster's
+	// Tier 1 must not overwrite each other's registration.
+	id := cluster.ServiceName + "-" + cfg.Cluster
+	if hn, err := os.Hostname(); err == nil && hn != "" {
+		id += "-" + hn
+	}
+	return register.Registration{
+		ID:            id,
+		Address:       host,
+		Port:          port,
+		Scheme:        scheme,
+		Region:        cfg.Region,
+		Cluster:       cfg.Cluster,
+		Models:        servedModels(cfg),
+		Cost:          c.Cost,
+		CostUnit:      c.CostUnit,
+		Pricing:       c.Pricing,
+		Capacity:      c.Capacity,
+		Tags:          c.Tags,
+		CheckHTTP:     fmt.Sprintf("%s://%s/ready", scheme, net.JoinHostPort(host, strconv.Itoa(port))),
+		CheckInterval: c.CheckInterval,
+		InitialStatus: "passing",
+	}, client, nil
+}
+
+// servedModels lists every model name the cluster answers for, once.
+func servedModels(cfg *Config) []string {
+	seen := map[string]bool{}
+	var models []string
+	add := func(m string) {
+		if m != "" && !seen[m] {
+			seen[m] = true
+			models = append(models, m)
+		}
+	}
+	for _, p := range cfg.Pools {
+		add(p.Model)
+		for _, a := range p.Adapters {
+			add(a)
+		}
+	}
+	for _, m := range cfg.Models {
+		add(m.Name)
+	}
+	return models
+}
+
+// outboundIP returns the first non-loopback IPv4 address of this host, or
+// 127.0.0.1 when there is none.
+func outboundIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// DefaultListen is the proxy's listen address when the config names none.
+const DefaultListen = gateway.DefaultListen
