@@ -7,20 +7,30 @@ PKGS := ./...
 TOOLS_BIN ?= $(HOME)/.cache/infergate/bin
 export PATH := $(TOOLS_BIN):$(PATH)
 
-.PHONY: all build test unit lint run bench tools services
+.PHONY: all build test unit check lint run bench tools services
+# Concurrent packages (limiter, tracker, scraper, stores, discovery): make
+# test runs their tests under the race detector.
+RACE_PKGS := ./tier1/gateway ./tier1/picker ./tier1/scrape ./tier1/extproc ./tier2/ratelimit ./tier2/tenant ./tier2/discovery ./tier2/gateway ./tier2/route
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/infergate
 
-## test: everything CI checks (lint, unit, integration, deploy checks).
+## test: everything CI checks (lint, unit, integration, deploy checks), the
+## concurrent packages under the race detector.
 test: tools lint
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(RACE_PKGS),-e github.com/infergate/infergate/$(patsubst ./%,%,$(p))))
 
 ## unit: the fast Go tests only.
 unit:
 	$(GO) test -count=1 -short $(PKGS)
+
+## check: the contributor's default before a commit: gofmt, vet,
+## staticcheck and the short tests under the race detector.
+check: lint
+	$(GO) test -count=1 -short -race $(PKGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

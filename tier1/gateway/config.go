@@ -1,8 +1,9 @@
-// Package tier1config is the configuration of the Tier 1 router: where it
-// listens, who may call it, which pods serve which models, how it scrapes,
-// retries, queues and schedules. It is loaded with shared/config (strict
-// YAML) and hot-reloaded by the gateway.
 package gateway
+
+// This file is the configuration of the Tier 1 router: where it listens,
+// who may call it, which pods serve which models, how it scrapes, retries,
+// queues and schedules. It is loaded with shared/config (strict YAML) and
+// hot-reloaded by the gateway, which is why it lives beside it.
 
 import (
 	"errors"
