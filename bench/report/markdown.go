@@ -90,7 +90,7 @@ func Targets(scenarios []string) []Target {
 		case strings.HasPrefix(s, "uniform"):
 			out = append(out, Target{s, "round-robin", 1.03, "≤ 3% worse P99 TTFT than round-robin"})
 		}
-		out = append(out, Target{s, "gie-default", 0.70, "P99 TTFT ≤ 0.7× gie-default"})
+		out = append(out, Target{s, "gie-v1.5", 0.70, "P99 TTFT ≤ 0.7× gie-v1.5"})
 	}
 	return out
 }

@@ -329,7 +329,7 @@ func (r Report) Comparisons() []string {
 		return nil
 	}
 	var out []string
-	for _, base := range []string{"round-robin", "gie-default", "least-request", "random"} {
+	for _, base := range []string{"round-robin", "gie-v1.5", "llm-d", "gie-strengthened", "gie-default", "least-request", "random"} {
 		b, ok := r.Find(base)
 		if !ok {
 			continue
