@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -57,11 +58,13 @@ func resolve(cfg Config) (Config, int, int, error) {
 	if cfg.ActivationReserveBytes == 0 {
 		cfg.ActivationReserveBytes = gib + 16<<10*int64(cfg.MaxBatchedTokens)
 	}
+	// A calibrated GPU brings its own efficiencies; an explicit Config
+	// value still wins.
 	if cfg.MFU == 0 {
-		cfg.MFU = DefaultMFU
+		cfg.MFU = cmp.Or(g.PrefillMFU, DefaultMFU)
 	}
 	if cfg.BandwidthEfficiency == 0 {
-		cfg.BandwidthEfficiency = DefaultBandwidthEfficiency
+		cfg.BandwidthEfficiency = cmp.Or(g.DecodeBWEfficiency, DefaultBandwidthEfficiency)
 	}
 	if cfg.MFU < 0 || cfg.MFU > 1 || cfg.BandwidthEfficiency < 0 || cfg.BandwidthEfficiency > 1 {
 		return cfg, 0, 0, fmt.Errorf("%w: MFU %.2f and BandwidthEfficiency %.2f must be in (0,1]", ErrInvalidConfig, cfg.MFU, cfg.BandwidthEfficiency)
