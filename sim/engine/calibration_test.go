@@ -116,6 +116,8 @@ func TestCalibrationTable(t *testing.T) {
 		tp         int
 	}{
 		{"llama-3.1-8b", "h100", 1},
+		{"llama-3.1-8b", "a100", 1},
+		{"llama-3.1-8b", "l40s", 1},
 		{"llama-3.1-8b", "a10g", 1},
 		{"llama-3.1-8b", "l4", 1},
 		{"qwen3-32b", "h100", 1},
