@@ -124,6 +124,10 @@ func TestInfergateKeepsPrefixTogether(t *testing.T) {
 	}
 	rrPods, rrHit := used(PolicyRoundRobin)
 	igPods, igHit := used(PolicyInfergate)
+	giePods, gieHit := used(PolicyGIEv15)
+	if giePods > 3 || gieHit <= rrHit {
+		t.Errorf("gie-v1.5 used %d pods with prefix hit rate %.3f (round-robin %.3f); its prefix index should keep one prefix together", giePods, gieHit, rrHit)
+	}
 	if rrPods != 8 {
 		t.Errorf("round-robin used %d pods, want 8", rrPods)
 	}
@@ -198,7 +202,7 @@ func TestComparisonIndependentOfParallelism(t *testing.T) {
 	run := func(par int) Outcome {
 		c := Comparison{
 			Setup:    Setup{Name: "test", Fleet: smallFleet()},
-			Policies: []Policy{mustPolicy(t, PolicyRoundRobin), mustPolicy(t, PolicyInfergate)},
+			Policies: []Policy{mustPolicy(t, PolicyRoundRobin), mustPolicy(t, PolicyInfergate), mustPolicy(t, PolicyGIEv15)},
 			Seeds:    []uint64{1, 2},
 			Stream:   func(seed uint64) (workload.Stream, error) { return smallStream(seed), nil },
 			Parallel: par,
@@ -213,7 +217,7 @@ func TestComparisonIndependentOfParallelism(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("results depend on parallelism")
 	}
-	if len(a.Runs) != 4 || a.Runs[1].Policy != PolicyInfergate || a.Runs[2].Seed != 2 || len(a.Runs[0].Floor) == 0 {
+	if len(a.Runs) != 6 || a.Runs[1].Policy != PolicyInfergate || a.Runs[3].Seed != 2 || len(a.Runs[0].Floor) == 0 {
 		t.Errorf("unexpected run layout")
 	}
 	if a.CapacityRPS <= 0 || a.OfferedRPS <= 0 {
@@ -251,6 +255,9 @@ func TestParsePolicy(t *testing.T) {
 		{PolicyRandom, true, true, false},
 		{PolicyLeastRequest, true, false, false},
 		{PolicyGIEDefault, true, true, true},
+		{PolicyGIEStrengthened, true, true, true},
+		{PolicyGIEv15, true, false, false},
+		{PolicyLLMD, true, false, false},
 		{PolicyInfergate, true, true, true},
 		{good, true, true, true},
 		{bad, false, false, false},

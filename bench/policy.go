@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
+	"weak"
 
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/picker"
@@ -23,6 +26,41 @@ type Policy struct {
 	// the best pod anyway. Baselines that model a plain load balancer
 	// never queue.
 	Queue bool
+	// NewRouter, when set (and Profile is nil), builds the per-run Router
+	// of a policy that keeps state across a run: the upstream endpoint
+	// pickers (gie-v1.5, llm-d), whose prefix index is their own. A harness
+	// calls it once per run; pick falls back to one Router per run's
+	// random source for a harness that does not.
+	NewRouter func() Router
+	routers   *routerCache
+}
+
+// routerCache keeps one Router per run, keyed weakly by the run's random
+// source (which Run creates per run), so concurrent runs of one Policy do
+// not share a prefix index and finished runs' routers are collected.
+type routerCache struct {
+	mu sync.Mutex
+	m  map[weak.Pointer[rand.Rand]]Router
+}
+
+func (c *routerCache) get(r *rand.Rand, build func() Router) Router {
+	k := weak.Make(r)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rt, ok := c.m[k]; ok {
+		return rt
+	}
+	if c.m == nil {
+		c.m = map[weak.Pointer[rand.Rand]]Router{}
+	}
+	rt := build()
+	c.m[k] = rt
+	runtime.AddCleanup(r, func(k weak.Pointer[rand.Rand]) {
+		c.mu.Lock()
+		delete(c.m, k)
+		c.mu.Unlock()
+	}, k)
+	return rt
 }
 
 // Built-in policy names.
@@ -30,13 +68,26 @@ const (
 	PolicyRoundRobin   = "round-robin"
 	PolicyRandom       = "random"
 	PolicyLeastRequest = "least-request"
-	PolicyGIEDefault   = "gie-default"
-	PolicyInfergate    = "infergate"
+	// PolicyGIEv15 is GIE v1.5.0's default endpoint picker, reproduced
+	// from its source (bench/upstream.go, docs/benchmarks.md).
+	PolicyGIEv15 = "gie-v1.5"
+	// PolicyLLMD is llm-d router v0.10.0's default profile.
+	PolicyLLMD = "llm-d"
+	// PolicyGIEStrengthened is GIE's scorers and weights run through Tier
+	// 1's picker: the queue scorer and saturation check also count the
+	// router's own in-flight requests, a LoRA filter, a 512-block prefix
+	// window and a 2 s router queue. Stronger than GIE as shipped.
+	PolicyGIEStrengthened = "gie-strengthened"
+	// PolicyGIEDefault is the old name of gie-strengthened, kept so older
+	// commands in docs and BENCHMARKS.md still run.
+	PolicyGIEDefault = "gie-default"
+	PolicyInfergate  = "infergate"
 )
 
-// BuiltinPolicies lists the built-in policy names.
+// BuiltinPolicies lists the built-in policy names (the alias gie-default
+// is accepted but not listed).
 func BuiltinPolicies() []string {
-	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEDefault, PolicyInfergate}
+	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate}
 }
 
 // ParsePolicy resolves a built-in policy name or the path of a YAML
@@ -53,7 +104,11 @@ func ParsePolicy(name string) (Policy, error) {
 		return Policy{Name: name, Profile: prof(c)}, nil
 	case PolicyLeastRequest:
 		return Policy{Name: name}, nil
-	case PolicyGIEDefault:
+	case PolicyGIEv15:
+		return upstreamPolicy(name, GIEv15Config()), nil
+	case PolicyLLMD:
+		return upstreamPolicy(name, LLMDv010Config()), nil
+	case PolicyGIEStrengthened, PolicyGIEDefault:
 		return Policy{Name: name, Profile: prof(picker.GIEDefaultProfile()), Queue: true}, nil
 	case PolicyInfergate:
 		return Policy{Name: name, Profile: prof(picker.DefaultProfile()), Queue: true}, nil
@@ -68,10 +123,24 @@ func ParsePolicy(name string) (Policy, error) {
 	return Policy{Name: name, Profile: &c, Queue: true}, nil
 }
 
-// pick chooses a pod for policies that are not picker profiles:
-// least-request takes the pod with the fewest router-side in-flight
-// requests (Envoy's LEAST_REQUEST with full scan), ties at random.
-func (p Policy) pick(r *rand.Rand, _ *picker.Request, pods []*picker.Pod) int {
+// upstreamPolicy runs an upstream endpoint picker's default profile: no
+// Tier 1 profile, no router queue (dispatch at once).
+func upstreamPolicy(name string, cfg EPPConfig) Policy {
+	return Policy{Name: name, NewRouter: func() Router { return NewEPPRouter(cfg) }, routers: &routerCache{}}
+}
+
+// pick chooses a pod for policies that are not picker profiles: a
+// Router's choice when the policy has one, else least-request, the pod
+// with the fewest router-side in-flight requests (Envoy's LEAST_REQUEST
+// with full scan), ties at random.
+func (p Policy) pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) int {
+	if p.NewRouter != nil {
+		c := p.routers
+		if c == nil {
+			c = &routerCache{} // a Policy literal: state lives for this call only
+		}
+		return c.get(r, p.NewRouter).Pick(r, req, pods)
+	}
 	best, ties := -1, 0
 	for i, v := range pods {
 		switch {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates BENCHMARKS.md from scratch: every scenario and both shared
-# traces, infergate vs round-robin vs gie-default over several seeds, with
+# traces, infergate vs round-robin, gie-v1.5 and llm-d over several seeds, with
 # 95% confidence intervals, the raw JSON, SVG plots, the exact commands, the
 # commit and the machine. `make bench` runs it after `make build`.
 #
@@ -18,7 +18,7 @@ SEEDS=${BENCH_SEEDS:-5}
 SEEDS_LARGE=${BENCH_SEEDS_LARGE:-3}
 OUT=${BENCH_OUT:-docs/bench}
 TRACES=${INFERGATE_TRACES:-../shared/traces}
-POLICIES=round-robin,gie-default,infergate
+POLICIES=round-robin,gie-v1.5,llm-d,infergate
 MD=BENCHMARKS.md
 TMP=$(mktemp "${TMPDIR:-/tmp}/benchmarks.XXXXXX")
 trap 'rm -f "$TMP"' EXIT
@@ -61,7 +61,7 @@ section() { # title, command words...
 		base=$(basename "$json" .json)
 		echo "![TTFT CDF]($OUT/$base-ttft-cdf.svg)"
 		echo
-		echo "Per-pod load (first seed): round-robin ![]($OUT/$base-load-round-robin.svg) gie-default ![]($OUT/$base-load-gie-default.svg) infergate ![]($OUT/$base-load-infergate.svg)"
+		echo "Per-pod load (first seed): round-robin ![]($OUT/$base-load-round-robin.svg) gie-v1.5 ![]($OUT/$base-load-gie-v1.5.svg) llm-d ![]($OUT/$base-load-llm-d.svg) infergate ![]($OUT/$base-load-infergate.svg)"
 	} >>"$TMP"
 	reports+=("$json")
 }

@@ -259,3 +259,44 @@ func TestSeedsText(t *testing.T) {
 		t.Errorf("without a list: %q", got)
 	}
 }
+
+// TestHeadlineColumns: both headline tables show TTFT, end-to-end and
+// inter-token latency side by side, keep the floor column, and every row
+// has as many cells as the header.
+func TestHeadlineColumns(t *testing.T) {
+	a, b := runOf("infergate", 1, []float64{10, 10, 10}), runOf("infergate", 2, []float64{10, 10, 10})
+	a.E2E, b.E2E = []float64{400, 400, 400}, []float64{400, 400, 400}
+	a.ITL, b.ITL = []float64{7}, []float64{7}
+	r := Summarize("s", time.Second, []string{"infergate"}, []Run{a, b})
+	var md, tab bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteTable(&tab); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"TTFT p50 ms", "TTFT p99 ms", "e2e p50 ms", "e2e p99 ms", "ITL p50 ms", "ITL p99 ms", "floor p99 ms"}
+	for _, out := range []string{md.String(), tab.String()} {
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("table lacks %q:\n%s", w, out)
+			}
+		}
+	}
+	var header, row string
+	for _, l := range strings.Split(md.String(), "\n") {
+		switch {
+		case strings.HasPrefix(l, "| policy"):
+			header = l
+		case strings.HasPrefix(l, "| infergate"):
+			row = l
+		}
+	}
+	if header == "" || strings.Count(header, "|") != strings.Count(row, "|") {
+		t.Errorf("header and row differ in cells:\n%s\n%s", header, row)
+	}
+	// TTFT 10, e2e 400, ITL 7 in that order.
+	if !strings.Contains(row, "| infergate | 10.0 ±0.00 | 10.0 ±0.00 | 10.0 ±0.00 | 400 ±0.00 | 400 ±0.00 | 7.00 ±0.00 | 7.00 ±0.00 |") {
+		t.Errorf("row cells: %s", row)
+	}
+}

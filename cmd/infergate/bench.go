@@ -37,7 +37,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	var (
 		scen       = fs.String("scenario", "", "scenario to run: "+strings.Join(scenario.Names(), ", "))
-		policies   = fs.String("policies", "round-robin,gie-default,infergate", "comma-separated policies: "+strings.Join(bench.BuiltinPolicies(), ", ")+", or a YAML picker profile path")
+		policies   = fs.String("policies", "round-robin,gie-v1.5,llm-d,infergate", "comma-separated policies: "+strings.Join(bench.BuiltinPolicies(), ", ")+", or a YAML picker profile path")
 		seeds      = fs.Int("seeds", 5, "number of seeds; 95% CIs are over seeds")
 		seedBase   = fs.Uint64("seed-base", 1, "first seed: runs seeds seed-base .. seed-base+seeds-1 (tune on one range, confirm on another)")
 		asJSON     = fs.Bool("json", false, "print JSON instead of a table (same as --format json)")

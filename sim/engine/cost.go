@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -57,11 +58,13 @@ func resolve(cfg Config) (Config, int, int, error) {
 	if cfg.ActivationReserveBytes == 0 {
 		cfg.ActivationReserveBytes = gib + 16<<10*int64(cfg.MaxBatchedTokens)
 	}
+	// A calibrated GPU brings its own efficiencies; an explicit Config
+	// value still wins.
 	if cfg.MFU == 0 {
-		cfg.MFU = DefaultMFU
+		cfg.MFU = cmp.Or(g.PrefillMFU, DefaultMFU)
 	}
 	if cfg.BandwidthEfficiency == 0 {
-		cfg.BandwidthEfficiency = DefaultBandwidthEfficiency
+		cfg.BandwidthEfficiency = cmp.Or(g.DecodeBWEfficiency, DefaultBandwidthEfficiency)
 	}
 	if cfg.MFU < 0 || cfg.MFU > 1 || cfg.BandwidthEfficiency < 0 || cfg.BandwidthEfficiency > 1 {
 		return cfg, 0, 0, fmt.Errorf("%w: MFU %.2f and BandwidthEfficiency %.2f must be in (0,1]", ErrInvalidConfig, cfg.MFU, cfg.BandwidthEfficiency)
@@ -71,6 +74,12 @@ func resolve(cfg Config) (Config, int, int, error) {
 	}
 	if cfg.PerSeqOverhead == 0 {
 		cfg.PerSeqOverhead = DefaultPerSeqOverhead
+	}
+	if cfg.SpeedFactor == 0 {
+		cfg.SpeedFactor = 1
+	}
+	if cfg.SpeedFactor < 0 || cfg.StepJitter < 0 || cfg.StepJitter > 1 {
+		return cfg, 0, 0, fmt.Errorf("%w: SpeedFactor %.3f must be > 0 and StepJitter %.3f in [0,1]", ErrInvalidConfig, cfg.SpeedFactor, cfg.StepJitter)
 	}
 
 	perGPUWeights := m.WeightBytes() / float64(tp)
@@ -102,6 +111,31 @@ func resolve(cfg Config) (Config, int, int, error) {
 	cfg.MaxModelLen = maxLen
 	cfg.NumBlocks = numBlocks
 	return cfg, numBlocks, maxLen, nil
+}
+
+// mix64 is SplitMix64's finaliser: a bijective scramble of x.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// unit maps x to [0, 1) using its top 53 bits.
+func unit(x uint64) float64 { return float64(x>>11) / (1 << 53) }
+
+// stepFactor is the duration multiplier of step number i: the pod's speed
+// factor times a mean-one lognormal jitter exp(σZ − σ²/2), Z drawn by
+// Box–Muller from (seed, i) alone.
+func stepFactor(speed, sigma float64, seed uint64, i int64) float64 {
+	if sigma <= 0 {
+		return speed
+	}
+	h := mix64(seed ^ mix64(uint64(i)))
+	u1 := 1 - unit(h) // (0, 1]
+	u2 := unit(mix64(h))
+	z := math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+	return speed * math.Exp(sigma*z-sigma*sigma/2)
 }
 
 // kvBytesPerTokenPerGPU splits the KV heads over TP; with fewer KV heads

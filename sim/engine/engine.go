@@ -524,7 +524,7 @@ func (e *Engine) schedule(t time.Duration) {
 		e.stalled = e.waiting.n > 0
 		return
 	}
-	d := e.cost.step(tokens, nseqs, ctx, pairs)
+	d := e.stepTime(0, e.cost.step(tokens, nseqs, ctx, pairs))
 	if loads > 0 {
 		// vLLM activates adapters in the model runner before the forward
 		// pass, so the whole batch waits for the load.
@@ -536,6 +536,18 @@ func (e *Engine) schedule(t time.Duration) {
 	if allDecode && !admitted && !preempted && nseqs == len(e.running) {
 		e.coalesce(d, nseqs, ctx, pairs)
 	}
+}
+
+// stepTime scales the cost model's duration of the i-th step of the step
+// (or coalesced run) now scheduled by the pod's speed factor and jitter.
+// Steps are numbered by st.Steps, which counts completed steps, so a
+// truncated run recomputes exactly the durations it planned.
+func (e *Engine) stepTime(i int, d time.Duration) time.Duration {
+	f := stepFactor(e.cfg.SpeedFactor, e.cfg.StepJitter, e.cfg.JitterSeed, e.st.Steps+int64(i))
+	if f == 1 {
+		return d
+	}
+	return max(time.Duration(float64(d)*f), time.Microsecond)
 }
 
 // maxCoalesceSteps caps the steps in one coalesced run.
@@ -578,7 +590,7 @@ func (e *Engine) coalesce(first time.Duration, d int, ctx, pairs float64) {
 		if e.maxCoalesce > 0 && cum >= e.maxCoalesce {
 			break
 		}
-		cum += e.cost.step(d, d, ctx+float64(i*d), pairs+float64(i*d))
+		cum += e.stepTime(i, e.cost.step(d, d, ctx+float64(i*d), pairs+float64(i*d)))
 	}
 	k = i
 	if k <= 1 {
@@ -614,7 +626,7 @@ func (e *Engine) truncate(now time.Duration) (before int) {
 	end := e.stepStart
 	j := 0
 	for j < e.segK {
-		end += e.cost.step(d, d, e.segCtx+float64(j*d), e.segPairs+float64(j*d))
+		end += e.stepTime(j, e.cost.step(d, d, e.segCtx+float64(j*d), e.segPairs+float64(j*d)))
 		j++
 		if end < now {
 			before = j

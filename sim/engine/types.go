@@ -88,6 +88,48 @@ type Config struct {
 	BandwidthEfficiency float64
 	StepOverhead        time.Duration
 	PerSeqOverhead      time.Duration
+
+	// SpeedFactor multiplies every step's duration (0 = 1): 1.03 is a pod
+	// 3% slower than its GPU type's nominal speed. Real pods of one type
+	// differ by clocks, thermals and neighbours; see PodSpeedFactor.
+	SpeedFactor float64
+	// StepJitter is σ of a mean-one lognormal factor drawn for each engine
+	// step (0 = off): kernel timing, host scheduling and GC noise. Draws
+	// are a pure function of JitterSeed and the step's index, so a run is
+	// deterministic and a coalesced run of decode steps costs what the
+	// same steps one by one would.
+	StepJitter float64
+	JitterSeed uint64
+}
+
+// Variation is the realism the routing benchmark turns on: steps jitter
+// and pods of one GPU type differ slightly. The zero value is off (exact,
+// identical pods), as unit tests want.
+type Variation struct {
+	StepJitter float64 // σ of the per-step lognormal factor
+	PodSpread  float64 // pods' speed factors are uniform in [1−spread, 1+spread]
+}
+
+// DefaultVariation is the benchmark's: 3% per-step jitter, ±3% per pod.
+func DefaultVariation() Variation { return Variation{StepJitter: 0.03, PodSpread: 0.03} }
+
+// Apply returns cfg for pod number pod of a run seeded with seed: its own
+// speed factor and its own jitter stream, both fixed by (seed, pod).
+func (v Variation) Apply(cfg Config, seed uint64, pod int) Config {
+	cfg.SpeedFactor = PodSpeedFactor(seed, pod, v.PodSpread)
+	cfg.StepJitter = v.StepJitter
+	cfg.JitterSeed = mix64(seed ^ mix64(uint64(pod)+0x9e3779b97f4a7c15))
+	return cfg
+}
+
+// PodSpeedFactor is pod's speed factor in a run seeded with seed: uniform
+// in [1−spread, 1+spread], deterministic.
+func PodSpeedFactor(seed uint64, pod int, spread float64) float64 {
+	if spread <= 0 {
+		return 1
+	}
+	u := unit(mix64(seed*0xbf58476d1ce4e5b9 + uint64(pod) + 1))
+	return 1 + spread*(2*u-1)
 }
 
 // Request is one generation request. The engine owns it from Submit until

@@ -23,6 +23,12 @@ type GPUSpec struct {
 	LinkBandwidth float64
 	// LinkLatencySeconds is the fixed cost of one small all-reduce.
 	LinkLatencySeconds float64
+	// PrefillMFU is the fraction of BF16FLOPS a large prefill reaches on
+	// this GPU under vLLM, and DecodeBWEfficiency the fraction of
+	// MemBandwidth a decode step reaches; zero means the engine's default
+	// (0.5 and 0.85). Calibrated values cite a published run in
+	// docs/simulator.md; TestGPUCalibration pins them.
+	PrefillMFU, DecodeBWEfficiency float64
 }
 
 // ModelSpec describes a model as its Hugging Face config.json does, plus
@@ -64,18 +70,28 @@ const (
 
 var gpus = map[string]GPUSpec{
 	// H100 SXM5 80GB: 989 TFLOPS bf16 dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s
-	// total (450 GB/s per direction).
-	"h100": {Name: "h100", MemoryBytes: 81559 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 3.35e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6},
-	// H200 SXM 141GB: same compute as H100, 4.8 TB/s HBM3e.
-	"h200": {Name: "h200", MemoryBytes: 143771 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 4.8e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6},
+	// total (450 GB/s per direction). PrefillMFU 0.40 fits the published
+	// H100/A100 (~2×) and H100/L40S (3.52×) throughput ratios given the
+	// A100's anchored 0.55.
+	"h100": {Name: "h100", MemoryBytes: 81559 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 3.35e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6, PrefillMFU: 0.40},
+	// H200 SXM 141GB: same compute (and efficiency) as H100, 4.8 TB/s HBM3e.
+	"h200": {Name: "h200", MemoryBytes: 143771 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 4.8e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6, PrefillMFU: 0.40},
 	// A100 SXM4 80GB: 312 TFLOPS bf16 dense, 2.039 TB/s HBM2e, NVLink 3 600 GB/s total.
-	"a100": {Name: "a100", MemoryBytes: 81920 * mib, BF16FLOPS: 312 * tf, MemBandwidth: 2.039e12, LinkBandwidth: 300 * gb, LinkLatencySeconds: 10e-6},
+	// PrefillMFU 0.55 fits NVIDIA's NIM figure of 48.3 ms TTFT for a
+	// 500-token Llama-3.1-8B prompt at concurrency 1, BF16.
+	"a100": {Name: "a100", MemoryBytes: 81920 * mib, BF16FLOPS: 312 * tf, MemBandwidth: 2.039e12, LinkBandwidth: 300 * gb, LinkLatencySeconds: 10e-6, PrefillMFU: 0.55},
 	// A10G (AWS g5): 24 GB GDDR6, 600 GB/s like the A10, but a lower tensor
-	// peak than the A10's 125 TFLOPS: 70 TFLOPS bf16 dense (see docs);
-	// PCIe Gen4 x16, no NVLink.
-	"a10g": {Name: "a10g", MemoryBytes: 23028 * mib, BF16FLOPS: 70 * tf, MemBandwidth: 600 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6},
-	// L4: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense; PCIe Gen4 x16.
-	"l4": {Name: "l4", MemoryBytes: 23034 * mib, BF16FLOPS: 121 * tf, MemBandwidth: 300 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6},
+	// peak than the A10's 125 TFLOPS: 70 TFLOPS bf16 dense (unverified, see
+	// docs); PCIe Gen4 x16, no NVLink. No published prefill figure was
+	// found: PrefillMFU is the A100's (same Ampere generation).
+	"a10g": {Name: "a10g", MemoryBytes: 23028 * mib, BF16FLOPS: 70 * tf, MemBandwidth: 600 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.55},
+	// L40S: 48 GB GDDR6 (about 45 GiB usable), 864 GB/s, 362 TFLOPS bf16
+	// dense (733 with sparsity); PCIe Gen4 x16, no NVLink. PrefillMFU 0.31
+	// fits MLPerf v5.1's H100/L40S ratio (3.52×) against the H100's 0.40.
+	"l40s": {Name: "l40s", MemoryBytes: 46068 * mib, BF16FLOPS: 362 * tf, MemBandwidth: 864 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.31},
+	// L4: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense; PCIe Gen4 x16. No
+	// published prefill figure was found: PrefillMFU is the L40S's (Ada).
+	"l4": {Name: "l4", MemoryBytes: 23034 * mib, BF16FLOPS: 121 * tf, MemBandwidth: 300 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.31},
 }
 
 var models = map[string]ModelSpec{

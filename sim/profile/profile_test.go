@@ -15,6 +15,7 @@ func TestLookups(t *testing.T) {
 		{"NVIDIA/H100-SXM", "h100", true, false},
 		{"A100-80GB", "a100", true, false},
 		{"a10g", "a10g", true, false},
+		{"NVIDIA/L40S", "l40s", true, false},
 		{"v100", "", true, true},
 		{"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", false, false},
 		{"Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", false, false},

@@ -16,7 +16,7 @@ const (
 	// predicted-latency
 	ParamDefaultPrefill  = "default_prefill_tokens_per_sec" // speed assumed when no candidate's is known
 	ParamOverheadMs      = "overhead_ms"                    // fixed per-request TTFT floor
-	ParamSLOMissScore    = "slo_miss_score"                 // score of pods predicted to miss Request.TTFTSLO
+	ParamSLOMissScore    = "slo_miss_score"                 // score multiplier (0..1) of pods predicted to miss Request.TTFTSLO
 	ParamQueuedPromptTok = "queued_prompt_tokens"           // tokens assumed per queued request the router did not send (0 = this request's)
 )
 
@@ -283,8 +283,8 @@ func (cs *CycleState) prefixMatch(t *Tracker, req *Request, pods []*Pod) []int {
 // each, and the speed is the pod's learned PrefillTokensPerSec (else the
 // candidates' mean, else default_prefill_tokens_per_sec). The score is
 // best/predicted, so the fastest pod scores 1 and one twice as slow 0.5.
-// With Request.TTFTSLO set, pods predicted to miss it score
-// slo_miss_score, unless every pod misses.
+// With Request.TTFTSLO set, pods predicted to miss it have their score
+// multiplied by slo_miss_score (0..1, default 0), unless every pod misses.
 type latencyScorer struct {
 	tracker        *Tracker
 	defaultPrefill float64
@@ -335,12 +335,18 @@ func (s *latencyScorer) Score(cs *CycleState, req *Request, pods []*Pod, out []f
 	}
 	slo := req.TTFTSLO.Seconds()
 	anyMeets := slo > 0 && best <= slo
+	// A pod predicted to miss scores slo_miss_score × best/est. As est >
+	// slo ≥ est' of any pod that meets it, best/est < best/est', and the
+	// multiplier is at most 1: every pod that meets the SLO outranks every
+	// pod that misses it, whatever the weight, and misses keep their order
+	// among themselves (unless the multiplier is 0).
+	miss := clamp01(s.missScore)
 	for i, est := range out {
 		switch {
-		case anyMeets && est > slo:
-			out[i] = s.missScore
 		case est <= 0:
 			out[i] = 1
+		case anyMeets && est > slo:
+			out[i] = miss * best / est
 		default:
 			out[i] = best / est
 		}

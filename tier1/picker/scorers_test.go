@@ -198,6 +198,50 @@ func TestPredictedLatencyScorer(t *testing.T) {
 	}
 }
 
+// TestSLOMissKeepsOrder: whatever slo_miss_score is, a pod predicted to
+// meet the TTFT SLO outranks every pod predicted to miss it, even a slow
+// one that only just meets it against a fast leader (the case a constant
+// miss score of 0.5 got wrong), and misses keep their relative order.
+func TestSLOMissKeepsOrder(t *testing.T) {
+	req := Request{PromptTokens: 10000, TTFTSLO: 600 * time.Millisecond}
+	pods := []*Pod{
+		mkPod("fast", prefill(50000)),  // 0.205 s: meets
+		mkPod("slow", prefill(17000)),  // 0.593 s: just meets
+		mkPod("miss", prefill(16000)),  // 0.630 s: just misses
+		mkPod("worse", prefill(10000)), // 1.005 s: misses by more
+	}
+	for _, ms := range []float64{0, 0.1, 0.25, 0.5, 0.9, 1, 3} {
+		t.Run(fmt.Sprint(ms), func(t *testing.T) {
+			got := scoreOnly(t, ScorerPredictedLatency, map[string]float64{ParamSLOMissScore: ms}, nil, &req, pods)
+			if !(got[0] > got[1] && got[1] > got[2]) {
+				t.Fatalf("scores %v: want fast > slow (meets) > miss", got)
+			}
+			if ms > 0 && !(got[2] > got[3]) {
+				t.Fatalf("scores %v: misses lost their order", got)
+			}
+			// Through the scheduler at any weight, alone or beside an equal
+			// kv-cache scorer, the pick is never a pod that misses.
+			for _, w := range []float64{0.5, 1, 5, 20} {
+				c := ProfileConfig{Base: BaseEmpty, Filters: []string{}, Picker: PickerMaxScore, MaxRanked: -1,
+					Scorers: []ScorerConfig{{Name: ScorerPredictedLatency, Weight: w, Params: map[string]float64{ParamSLOMissScore: ms}}, {Name: ScorerKVCache, Weight: 1}}}
+				s, err := NewScheduler(c, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var res Result
+				if err := s.ScheduleInto(&res, &req, pods); err != nil {
+					t.Fatal(err)
+				}
+				for i, p := range res.Ranked[:2] {
+					if p.Name == "miss" || p.Name == "worse" {
+						t.Fatalf("weight %v: rank %d is %s, which misses the SLO", w, i, p.Name)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestScoresInRange feeds every scorer adversarial pods and checks [0,1].
 func TestScoresInRange(t *testing.T) {
 	h := hashes(8, 8, "r")

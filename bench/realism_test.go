@@ -1,0 +1,47 @@
+package bench
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRealismScrapeAt(t *testing.T) {
+	const every = 50 * time.Millisecond
+	r := DefaultRealism()
+	phases := map[time.Duration]bool{}
+	late, total := 0, 0
+	for pod := range 40 {
+		p := r.ScrapeAt(7, pod, 0, every)
+		if p < 0 || p >= 2*every {
+			t.Fatalf("pod %d first scrape at %v", pod, p)
+		}
+		phases[p%every] = true
+		for tick := range int64(500) {
+			at := r.ScrapeAt(7, pod, tick, every)
+			if at != r.ScrapeAt(7, pod, tick, every) {
+				t.Fatal("not deterministic")
+			}
+			base := time.Duration(tick)*every + r.ScrapeAt(7, pod, 0, every)%every
+			switch at - base {
+			case 0:
+			case every:
+				late++
+			default:
+				if tick > 0 || at-base != every {
+					t.Fatalf("pod %d tick %d at %v, base %v", pod, tick, at, base)
+				}
+			}
+			total++
+		}
+	}
+	if len(phases) < 35 {
+		t.Errorf("only %d distinct phases over 40 pods: not staggered", len(phases))
+	}
+	if f := float64(late) / float64(total); f < 0.01 || f > 0.03 {
+		t.Errorf("late fraction %.3f, want ≈ 0.02", f)
+	}
+	var off Realism
+	if off.ScrapeAt(7, 3, 4, every) != 4*every {
+		t.Error("zero Realism must scrape on the fleet-wide tick")
+	}
+}

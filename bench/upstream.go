@@ -1,0 +1,227 @@
+package bench
+
+import (
+	"container/list"
+	"math/rand/v2"
+	"time"
+
+	"github.com/infergate/infergate/tier1/picker"
+)
+
+// EPPConfig is the default scheduling profile of an upstream endpoint
+// picker (GIE v1.5.0, llm-d router v0.10.0), reproduced from its source
+// rather than through Tier 1's picker: the upstream scorers read only
+// scraped metrics, never the router's own in-flight requests, and there are
+// no filters. docs/benchmarks.md cites the files each field comes from.
+type EPPConfig struct {
+	// Weights of queue-scorer, kv-cache-utilization-scorer and
+	// prefix-cache-scorer (2, 2, 3 in both defaults).
+	QueueWeight, KVWeight, PrefixWeight float64
+	// MaxPrefixBlocks caps the prompt blocks hashed and matched (GIE's
+	// maxPrefixBlocksToMatch 256; llm-d's maxPrefixTokensToMatch 131072 /
+	// 16-token blocks = 8192).
+	MaxPrefixBlocks int
+	// LRUCapacityPerServer is the prefix index's entries per pod when the
+	// pod reports no KV block count (autoTune uses the reported count).
+	LRUCapacityPerServer int
+	// Saturation detector (utilization-detector) thresholds, consulted only
+	// by the legacy admission controller for sheddable requests.
+	QueueDepthThreshold  int
+	KVCacheUtilThreshold float64
+	MetricsStaleness     time.Duration
+}
+
+// GIEv15Config is GIE v1.5.0's default (pkg/epp/config/loader/defaults.go).
+func GIEv15Config() EPPConfig {
+	return EPPConfig{
+		QueueWeight: 2, KVWeight: 2, PrefixWeight: 3,
+		MaxPrefixBlocks:      256,
+		LRUCapacityPerServer: 31250,
+		QueueDepthThreshold:  5,
+		KVCacheUtilThreshold: 0.8,
+		MetricsStaleness:     200 * time.Millisecond,
+	}
+}
+
+// LLMDv010Config is llm-d router v0.10.0's default (same loader defaults and
+// Helm chart profile as GIE, a token-capped prefix window of 131072 tokens).
+func LLMDv010Config() EPPConfig {
+	c := GIEv15Config()
+	c.MaxPrefixBlocks = 131072 / 16
+	return c
+}
+
+// Router picks pods for a policy that keeps its own state across one run
+// (an upstream picker's prefix index). A Router serves one run only.
+type Router interface {
+	// Pick returns the index into pods of the pod the request goes to, and
+	// records the dispatch (the upstream PreRequest hook).
+	Pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) int
+}
+
+// Admitter is implemented by routers with an admission step: Admit reports
+// whether the request may be dispatched now; false means it is rejected
+// (GIE's legacy admission drops sheddable requests when the pool is
+// saturated, and never queues).
+type Admitter interface {
+	Admit(req *picker.Request, pods []*picker.Pod) bool
+}
+
+// NewEPPRouter returns a per-run router for cfg.
+func NewEPPRouter(cfg EPPConfig) Router {
+	return &eppRouter{cfg: cfg, idx: newPrefixIndex()}
+}
+
+type eppRouter struct {
+	cfg    EPPConfig
+	idx    *prefixIndex
+	match  map[string]int
+	scores []float64
+}
+
+// Admit is requestcontrol/admission.go's LegacyAdmissionController: a
+// sheddable request (priority < 0) is rejected when the
+// utilization-detector's pool saturation is ≥ 1; everything else is
+// dispatched at once (flow control is off by default).
+func (e *eppRouter) Admit(req *picker.Request, pods []*picker.Pod) bool {
+	if req.Priority >= 0 && !req.Sheddable {
+		return true
+	}
+	return e.saturation(pods) < 1
+}
+
+// saturation is the utilization detector's Saturation: the mean over pods
+// of max(waiting/queueThreshold, kv/kvThreshold), a stale pod counting 1.
+func (e *eppRouter) saturation(pods []*picker.Pod) float64 {
+	if len(pods) == 0 {
+		return 1
+	}
+	var sum float64
+	for _, p := range pods {
+		if p.MetricsAge > e.cfg.MetricsStaleness {
+			sum++
+			continue
+		}
+		q := float64(p.Metrics.Waiting) / float64(e.cfg.QueueDepthThreshold)
+		kv := p.Metrics.KVUsage / e.cfg.KVCacheUtilThreshold
+		sum += max(q, kv)
+	}
+	return sum / float64(len(pods))
+}
+
+func (e *eppRouter) Pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) int {
+	if len(pods) == 0 {
+		return -1
+	}
+	hashes := req.BlockHashes
+	if len(hashes) > e.cfg.MaxPrefixBlocks {
+		hashes = hashes[:e.cfg.MaxPrefixBlocks]
+	}
+	// approximateprefix.matchLongestPrefix: walk the blocks until none of
+	// the pods holds one, counting each pod's blocks along the way.
+	if e.match == nil {
+		e.match = map[string]int{}
+	}
+	clear(e.match)
+	for _, h := range hashes {
+		servers := e.idx.get(h)
+		if len(servers) == 0 {
+			break
+		}
+		for s := range servers {
+			e.match[s]++
+		}
+	}
+	// queue-scorer: min-max of the scraped waiting queue only.
+	lo, hi := pods[0].Metrics.Waiting, pods[0].Metrics.Waiting
+	for _, p := range pods {
+		lo, hi = min(lo, p.Metrics.Waiting), max(hi, p.Metrics.Waiting)
+	}
+	e.scores = e.scores[:0]
+	best := -1
+	ties := 0
+	for i, p := range pods {
+		q := 1.0
+		if hi > lo {
+			q = float64(hi-p.Metrics.Waiting) / float64(hi-lo)
+		}
+		kv := 1 - p.Metrics.KVUsage // kv-cache-utilization-scorer
+		var pre float64             // prefix-cache-scorer: matched / total
+		if len(hashes) > 0 {
+			pre = float64(e.match[p.Name]) / float64(len(hashes))
+		}
+		s := e.cfg.QueueWeight*q + e.cfg.KVWeight*kv + e.cfg.PrefixWeight*pre
+		e.scores = append(e.scores, s)
+		// max-score-picker shuffles, then stable-sorts by score: a uniform
+		// choice among the top scores, here by reservoir sampling.
+		switch {
+		case best < 0 || s > e.scores[best]:
+			best, ties = i, 1
+		case s == e.scores[best]:
+			ties++
+			if r.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	// PreRequest: the chosen pod is assumed to now hold every hashed block.
+	capacity := e.cfg.LRUCapacityPerServer
+	if n := pods[best].Metrics.NumBlocks; n > 0 {
+		capacity = n
+	}
+	e.idx.add(hashes, pods[best].Name, capacity)
+	return best
+}
+
+// prefixIndex is the approximate prefix index: per pod an LRU of block
+// hashes of bounded capacity, and for each hash the pods holding it.
+type prefixIndex struct {
+	pods   map[string]*podLRU
+	holder map[uint64]map[string]struct{}
+}
+
+type podLRU struct {
+	cap   int
+	order *list.List // front = most recent; values are uint64 hashes
+	at    map[uint64]*list.Element
+}
+
+func newPrefixIndex() *prefixIndex {
+	return &prefixIndex{pods: map[string]*podLRU{}, holder: map[uint64]map[string]struct{}{}}
+}
+
+func (x *prefixIndex) get(h uint64) map[string]struct{} { return x.holder[h] }
+
+func (x *prefixIndex) add(hashes []uint64, pod string, capacity int) {
+	l := x.pods[pod]
+	if l == nil {
+		// The capacity is fixed when the pod's LRU is created, as upstream.
+		l = &podLRU{cap: max(capacity, 1), order: list.New(), at: map[uint64]*list.Element{}}
+		x.pods[pod] = l
+	}
+	for _, h := range hashes {
+		if el, ok := l.at[h]; ok {
+			l.order.MoveToFront(el)
+		} else {
+			l.at[h] = l.order.PushFront(h)
+			if l.order.Len() > l.cap {
+				old := l.order.Back()
+				l.order.Remove(old)
+				oh := old.Value.(uint64)
+				delete(l.at, oh)
+				if s := x.holder[oh]; s != nil {
+					delete(s, pod)
+					if len(s) == 0 {
+						delete(x.holder, oh)
+					}
+				}
+			}
+		}
+		s := x.holder[h]
+		if s == nil {
+			s = map[string]struct{}{}
+			x.holder[h] = s
+		}
+		s[pod] = struct{}{}
+	}
+}
