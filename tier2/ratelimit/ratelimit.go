@@ -47,6 +47,9 @@ type Options struct {
 	// (false) fails open to the local limits.
 	FailClosed bool
 	// Timeout bounds every Redis call on the request path. Default 50ms.
+	// It holds against a hung Redis only if the client honours context
+	// deadlines (redis.Options.ContextTimeoutEnabled; RedisConfig.Client
+	// sets it); New logs a warning otherwise.
 	Timeout time.Duration
 	// SyncInterval is how often the background loop returns expired
 	// leases, flushes refunds, renews concurrency holdings and refills
@@ -245,6 +248,9 @@ func New(opts Options) *Limiter {
 	if opts.Redis != nil {
 		l.be = redisBackend{rdb: opts.Redis}
 		l.shared = true
+		if !contextTimeouts(opts.Redis) {
+			opts.Logger.Warn("ratelimit: redis client ignores context deadlines (ContextTimeoutEnabled is off); a hung Redis holds requests until the client's ReadTimeout, not Options.Timeout")
+		}
 	} else {
 		l.be = newMemBackend()
 	}
@@ -252,6 +258,18 @@ func New(opts Options) *Limiter {
 	l.cancel = cancel
 	go l.loop(ctx)
 	return l
+}
+
+// contextTimeouts reports whether rdb bounds socket I/O by the context's
+// deadline, which is what makes Options.Timeout hold against a hung Redis.
+func contextTimeouts(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true // unknown kind: trust the caller
 }
 
 // Close stops the background loop after returning unused leases and
@@ -513,7 +531,7 @@ func (l *Limiter) probe(ctx context.Context) {
 	}
 	l.downMu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, max(l.opts.Timeout, 100*time.Millisecond))
-	_, err := withDeadline(cctx, func() (string, error) { return l.opts.Redis.Ping(cctx).Result() })
+	err := l.opts.Redis.Ping(cctx).Err()
 	cancel()
 	l.downMu.Lock()
 	defer l.downMu.Unlock()
@@ -690,7 +708,7 @@ func (r *Reservation) Finish(ctx context.Context, actualTokens int) {
 	st.mu.Lock()
 	st.lastUse = now
 	for _, p := range r.parts {
-		st.finishPart(r.l, p, actual, r.local, now)
+		st.finishPart(p, actual, r.local, now)
 	}
 	st.mu.Unlock()
 }
