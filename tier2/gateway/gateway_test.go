@@ -324,6 +324,10 @@ func TestNoRetryAfterBytes(t *testing.T) {
 	if r.code != 200 || !strings.Contains(r.body, "a-0") || strings.Contains(r.body, "[DONE]") {
 		t.Fatalf("got %d %q", r.code, r.body)
 	}
+	// The client learns the stream broke: it ends with Tier 1's error event.
+	if d := sseData(r.body); len(d) == 0 || !strings.Contains(d[len(d)-1], `"code":"upstream_interrupted"`) {
+		t.Fatalf("stream does not end with an error event: %q", r.body)
+	}
 	if b.hits.Load() != 0 {
 		t.Fatal("a stream that had started was retried on b")
 	}
