@@ -9,6 +9,15 @@
 // be used for LeaseTTL; windows count every grant for at least one minute
 // plus LeaseTTL, which is what keeps the total across replicas at or under
 // the limit (see docs/tier2-limits.md for the bound).
+//
+// A reader's map: ratelimit.go is the exported API (Limiter, Admit,
+// Reservation.Finish) and the Redis outage handling; state.go one tenant's
+// local view and the assembly of a script call; rates.go, budgets.go and
+// concurrency.go what is particular to each kind of limit, lease.go the
+// leases rates and budgets share. protocol.go defines the call to Redis
+// once (op, result) and sync.lua runs it; membackend.go is the same
+// protocol in process for a single replica, checked against the script by
+// protocol_test.go. usage.go reads use for the admin API.
 package ratelimit
 
 import (
