@@ -31,12 +31,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
@@ -99,7 +99,11 @@ type Options struct {
 	// (Tier 1 answers only when generation ends). Default 5m.
 	ResponseTimeout time.Duration
 
-	MaxBodyBytes        int64 // request body limit; default 8 MiB
+	MaxBodyBytes int64 // request body limit; default 8 MiB
+	// BodyReadTimeout bounds reading a request's headers-to-end-of-body,
+	// authenticated or not; a client that stalls its body gets 400 and
+	// its connection closed. Default 30s.
+	BodyReadTimeout     time.Duration
 	MaxBufferedResponse int64 // non-streaming responses are buffered (so they can fail over) up to this; default 32 MiB
 	DefaultMaxTokens    int   // completion tokens assumed for admission when the request names none; default 256
 
@@ -114,8 +118,10 @@ type Options struct {
 	// stream still running then ends with an error event. Default 30m.
 	MaxStreamDuration time.Duration
 
-	Registry prometheus.Registerer // default: a private registry
-	Gatherer prometheus.Gatherer   // for /metrics; default: Registry if it is a Gatherer
+	// Registry receives the gateway's metrics; the gateway does not serve
+	// them (they name tenants): tier2/server does, on its own listener.
+	// Default: a private registry.
+	Registry prometheus.Registerer
 	Logger   *slog.Logger
 }
 
@@ -144,6 +150,9 @@ func (o *Options) setDefaults() {
 	if o.DefaultMaxTokens <= 0 {
 		o.DefaultMaxTokens = 256
 	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = 30 * time.Second
+	}
 	if o.MaxEventBytes <= 0 {
 		o.MaxEventBytes = 1 << 20
 	}
@@ -156,11 +165,6 @@ func (o *Options) setDefaults() {
 	if o.Registry == nil {
 		reg := prometheus.NewRegistry()
 		o.Registry = reg
-	}
-	if o.Gatherer == nil {
-		if g, ok := o.Registry.(prometheus.Gatherer); ok {
-			o.Gatherer = g
-		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -250,9 +254,6 @@ func New(opts Options) (*Gateway, error) {
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	})
 	mux.HandleFunc("/ready", g.ready)
-	if opts.Gatherer != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
-	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		openai.Errorf(w, http.StatusNotFound, "not_found", "unknown path "+r.URL.Path)
 	})
@@ -278,11 +279,22 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `{"status":"ready"}`)
 }
 
+// closeAfter marks an answer given before the request body was read: the
+// connection closes after it, and reading ends now, so the server does not
+// wait to drain a body of up to 256 KiB that nobody will read (net/http
+// drains an unread body after the handler, Connection: close or not).
+func closeAfter(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*tenant.Tenant, bool) {
 	t, err := g.opts.Auth.Authenticate(r.Context(), r)
-	switch {
-	case err == nil && t != nil:
+	if err == nil && t != nil {
 		return t, true
+	}
+	closeAfter(w)
+	switch {
 	case errors.Is(err, tenant.ErrDisabled):
 		openai.Errorf(w, http.StatusForbidden, "tenant_disabled", "this tenant is disabled")
 	default:
@@ -362,6 +374,9 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
@@ -375,7 +390,11 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	endpoint := strings.TrimPrefix(r.URL.Path, "/v1/")
 	w := &statusWriter{ResponseWriter: rw}
 	defer g.observe(w, endpoint, start)
+	// The body must arrive in BodyReadTimeout, whoever sends it.
+	rc := http.NewResponseController(rw)
+	_ = rc.SetReadDeadline(start.Add(g.opts.BodyReadTimeout))
 	if r.Method != http.MethodPost {
+		closeAfter(w)
 		openai.Errorf(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 		return
 	}
@@ -387,6 +406,9 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// Read in full: lift the deadline, which would otherwise end a long
+	// stream (the server's background read of the connection would fail).
+	_ = rc.SetReadDeadline(time.Time{})
 	var req request
 	if err := json.Unmarshal(body, &req); err != nil {
 		openai.Errorf(w, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: "+err.Error())
@@ -449,10 +471,16 @@ func (g *Gateway) observe(w *statusWriter, endpoint string, start time.Time) {
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 	if err != nil {
+		closeAfter(w)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			openai.Errorf(w, http.StatusBadRequest, "body_timeout", fmt.Sprintf("the request body did not arrive within %v", g.opts.BodyReadTimeout))
+			return nil, false
+		}
 		openai.Errorf(w, http.StatusBadRequest, "invalid_body", "could not read the request body")
 		return nil, false
 	}
 	if int64(len(body)) > g.opts.MaxBodyBytes {
+		closeAfter(w)
 		openai.Errorf(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", g.opts.MaxBodyBytes))
 		return nil, false
 	}
