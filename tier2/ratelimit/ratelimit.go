@@ -82,6 +82,11 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// ReplicaID names this replica's concurrency holdings. Default random.
 	ReplicaID string
+	// BaseModel returns the base model of a LoRA adapter ("" for other
+	// models), so a per-model limit on a base model also covers its
+	// adapters, which run on the same pods. Nil: no adapters known.
+	// tier2/route's Router.BaseModel implements it.
+	BaseModel func(model string) string
 	Logger    *slog.Logger
 
 	window, bucket time.Duration // tests only
@@ -347,7 +352,9 @@ type need struct {
 	per   string // budget period
 }
 
-func needsFor(t *tenant.Tenant, model string, est int64) []need {
+// needsFor lists the limits a request for model draws on: the tenant's,
+// the model's, and for a LoRA adapter its base model's (base "" if none).
+func needsFor(t *tenant.Tenant, model, base string, est int64) []need {
 	var out []need
 	add := func(scope string, lim tenant.Limits) {
 		if lim.Concurrent > 0 {
@@ -371,6 +378,9 @@ func needsFor(t *tenant.Tenant, model string, est int64) []need {
 	if ml, ok := t.ModelLimits[model]; ok && model != "" {
 		add(model, ml)
 	}
+	if ml, ok := t.ModelLimits[base]; ok && base != "" && base != model {
+		add(base, ml)
+	}
 	return out
 }
 
@@ -385,7 +395,11 @@ func (l *Limiter) Admit(ctx context.Context, t *tenant.Tenant, model string, est
 	}
 	l.admits.Add(1)
 	est := int64(max(estTokens, 0))
-	needs := needsFor(t, model, est)
+	base := ""
+	if l.opts.BaseModel != nil && len(t.ModelLimits) > 0 {
+		base = l.opts.BaseModel(model)
+	}
+	needs := needsFor(t, model, base, est)
 	if len(needs) == 0 {
 		return &Reservation{}, Decision{Allowed: true}, nil
 	}

@@ -154,6 +154,10 @@ type Options struct {
 
 	Breaker   BreakerOptions
 	Overrides func() map[string]Override // keyed by cluster name; nil = none
+	// Adapters maps LoRA adapter names to their base model, for clusters
+	// whose load summaries do not say (summaries name the base of each
+	// adapter they serve). Entries here win.
+	Adapters map[string]string
 
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -890,6 +894,26 @@ func (r *Router) Models() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// BaseModel returns the base model a LoRA adapter runs on, or "" when
+// model is not a known adapter: from Options.Adapters, else from the
+// fresh load summaries (the first cluster that names a base).
+func (r *Router) BaseModel(model string) string {
+	if b, ok := r.opts.Adapters[model]; ok {
+		return b
+	}
+	clusters := r.src.Clusters()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range clusters {
+		if st := r.states[c.ID]; st != nil {
+			if sum := r.freshLocked(st); sum != nil && sum.Models[model].Base != "" {
+				return sum.Models[model].Base
+			}
+		}
+	}
+	return ""
 }
 
 // BreakerInfo describes one circuit breaker (for the admin API).

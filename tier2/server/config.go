@@ -102,6 +102,10 @@ type RoutingConfig struct {
 	ResponseTimeout    time.Duration `yaml:"response_timeout"`      // default 5m
 	MaxBodyBytes       int64         `yaml:"max_body_bytes"`        // default 8 MiB
 	Breaker            BreakerConfig `yaml:"breaker"`
+	// Adapters maps LoRA adapter names to their base model, for Tier 1
+	// clusters whose load summaries do not name it; a base model's
+	// per-model limits cover its adapters (docs/tier2-limits.md).
+	Adapters map[string]string `yaml:"adapters"`
 }
 
 // BreakerConfig tunes the per-(cluster, model) circuit breakers.

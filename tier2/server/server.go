@@ -122,7 +122,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		return nil, fmt.Errorf("authenticator: %w", err)
 	}
 	s.limiter = ratelimit.New(ratelimit.Options{Redis: s.rdb, KeyPrefix: limiterPrefix, Replicas: cfg.Limits.Replicas,
-		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit")})
+		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit"),
+		// The router, built below, knows adapters from load summaries.
+		BaseModel: func(model string) string { return s.router.BaseModel(model) }})
 	if err := reg.Register(s.limiter.Collector()); err != nil {
 		return nil, fmt.Errorf("ratelimit metrics: %w", err)
 	}
@@ -160,8 +162,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 			ConsecutiveFailures: rc.Breaker.ConsecutiveFailures, FailureRatio: rc.Breaker.FailureRatio, MinRequests: rc.Breaker.MinRequests,
 			Interval: rc.Breaker.Interval, OpenTimeout: rc.Breaker.OpenTimeout, HalfOpenRequests: rc.Breaker.HalfOpenRequests,
 		},
-		Overrides: overridesFrom(s.store),
-		Registry:  reg, Logger: log,
+		Overrides: overridesFrom(s.store), Adapters: rc.Adapters,
+		Registry: reg, Logger: log,
 	})
 	if err != nil {
 		return nil, err
