@@ -3,6 +3,11 @@
 // rate limiter, Consul (or static) discovery, the router, the OpenAI-facing
 // gateway, the admin API and their metrics. `infergate tier2` and the local
 // stack (devstack) both build Tier 2 through it, so there is one wiring.
+//
+// ServeListeners serves the OpenAI API, the admin API and /metrics on three
+// listeners (metrics name tenants, so never on the API port), each with the
+// timeouts of Config.Server: no client holds a connection by stalling its
+// headers, its body or an idle keep-alive.
 package server
 
 import (
