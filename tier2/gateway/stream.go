@@ -72,7 +72,11 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 		}
 		// Bytes already reached the client: no retry; the stream ends with
 		// an error event and the cluster is charged with the failure.
-		_ = x.writeEvent(rc, errorEvent("upstream_interrupted", "upstream stream interrupted"))
+		code, msg := "upstream_interrupted", "upstream stream interrupted"
+		if errors.Is(err, errEventTooLarge) {
+			code, msg = "upstream_event_too_large", fmt.Sprintf("upstream sent an event over %d bytes", opts.MaxEventBytes)
+		}
+		_ = x.writeEvent(rc, errorEvent(code, msg))
 		return resultDone, fmt.Errorf("stream broken: %w", err)
 	}
 }

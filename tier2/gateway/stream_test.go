@@ -67,7 +67,7 @@ func TestEventTooLarge(t *testing.T) {
 	}})
 	r := s.do(t, "key-cost", "/v1/chat/completions", `{"model":"m","stream":true}`)
 	d := sseData(r.body)
-	if r.code != 200 || len(d) != 2 || !strings.Contains(d[0], "first") || !strings.Contains(d[1], `"code":"upstream_interrupted"`) {
+	if r.code != 200 || len(d) != 2 || !strings.Contains(d[0], "first") || !strings.Contains(d[1], `"code":"upstream_event_too_large"`) {
 		t.Fatalf("got %d %.300q", r.code, r.body)
 	}
 }
