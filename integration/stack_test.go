@@ -178,6 +178,8 @@ keys:
 admin:
   listen: %s
   token: %s
+metrics:
+  listen: 127.0.0.1:0
 `, addr, devstack.HomeRegion, devstack.FailoverRegion, s.consul.Addr(), s.tier1Token, s.redis.Addr(), s.apiKey, adminAddr, s.adminToken)
 	path := s.write(t, "tier2.yaml", cfg)
 	s.tier2 = startProc(t, "tier2", "tier2", "--config", path, "--log-level", "warn")

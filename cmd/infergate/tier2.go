@@ -71,6 +71,14 @@ func runTier2(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("admin listen: %w", err)
 		}
 	}
+	metricsLn, err := net.Listen("tcp", cfg.Metrics.Listen)
+	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return fmt.Errorf("metrics listen: %w", err)
+	}
 	fmt.Fprintf(stdout, "infergate tier2 listening on %s\n", ln.Addr())
-	return srv.Serve(ctx, ln, adminLn)
+	return srv.ServeListeners(ctx, server.Listeners{API: ln, Admin: adminLn, Metrics: metricsLn})
 }

@@ -36,6 +36,7 @@ clusters:
   - {name: a, region: east, address: %q, models: [m], cost: 1}
 tier1: {token: t1secret, poll_interval: 100ms}
 admin: {listen: "127.0.0.1:%d", token_env: INFERGATE_TEST_ADMIN_TOKEN}
+metrics: {listen: "127.0.0.1:0"}
 `, tier1.URL, adminPort)
 	path := filepath.Join(t.TempDir(), "tier2.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

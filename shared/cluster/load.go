@@ -29,4 +29,8 @@ type ModelLoad struct {
 	InFlight   int     `json:"in_flight"`   // requests the router has dispatched and not finished
 	KVHeadroom float64 `json:"kv_headroom"` // mean over ready pods of 1 - KV-cache usage, in [0,1]
 	Saturated  bool    `json:"saturated"`   // every ready pod is saturated
+	// Base is, for a LoRA adapter, the base model it runs on (the same
+	// pods); empty for a base model. Tier 2 applies a base model's
+	// per-model limits to its adapters too.
+	Base string `json:"base,omitempty"`
 }

@@ -383,6 +383,10 @@ func TestAdapterResolution(t *testing.T) {
 	if len(sum.Models) != 3 || sum.Models["pod-lora"].ReadyPods != 2 || sum.Models["llama"].Pool != "llama-pool" {
 		t.Errorf("load summary = %+v", sum)
 	}
+	// Adapters name their base, so Tier 2's per-model limits cover them.
+	if sum.Models["cfg-lora"].Base != "llama" || sum.Models["pod-lora"].Base != "llama" || sum.Models["llama"].Base != "" {
+		t.Errorf("load summary bases = %+v", sum.Models)
+	}
 }
 
 func TestDebugPods(t *testing.T) {

@@ -193,7 +193,11 @@ func (g *Gateway) Load() cluster.LoadSummary {
 		perPool[ps] = ml
 	}
 	for name, ps := range g.servedModels(st) {
-		sum.Models[name] = perPool[ps]
+		ml := perPool[ps]
+		if name != ps.cfg.Model {
+			ml.Base = ps.cfg.Model // an adapter on the pool's base model
+		}
+		sum.Models[name] = ml
 	}
 	return sum
 }

@@ -4,11 +4,22 @@
 // the planned clusters in order until one answers: a connect error, a 5xx, a
 // 429 or a timeout before the first response byte moves on to the next
 // candidate within a bounded budget of attempts and time. Nothing is retried
-// once a byte has reached the client. Streams are relayed event by event.
+// once a byte has reached the client.
+//
+// Streams are relayed event by event (stream.go): each event is bounded
+// (MaxEventBytes), each write to the client too (StreamWriteTimeout, so a
+// client that stops reading is dropped and its reservation released), and
+// the whole stream (MaxStreamDuration). A stream that breaks after its
+// first byte ends with an error event, as Tier 1's do. Usage is read from
+// the stream to settle the tenant's token limits with real counts; when
+// the gateway asked for it on the client's behalf it is kept from the
+// client.
+//
+// The code follows a request: gateway.go authenticates, decodes, plans and
+// admits it; exchange.go tries the planned clusters; stream.go relays SSE.
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -20,12 +31,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
@@ -88,12 +99,29 @@ type Options struct {
 	// (Tier 1 answers only when generation ends). Default 5m.
 	ResponseTimeout time.Duration
 
-	MaxBodyBytes        int64 // request body limit; default 8 MiB
+	MaxBodyBytes int64 // request body limit; default 8 MiB
+	// BodyReadTimeout bounds reading a request's headers-to-end-of-body,
+	// authenticated or not; a client that stalls its body gets 400 and
+	// its connection closed. Default 30s.
+	BodyReadTimeout     time.Duration
 	MaxBufferedResponse int64 // non-streaming responses are buffered (so they can fail over) up to this; default 32 MiB
 	DefaultMaxTokens    int   // completion tokens assumed for admission when the request names none; default 256
 
-	Registry prometheus.Registerer // default: a private registry
-	Gatherer prometheus.Gatherer   // for /metrics; default: Registry if it is a Gatherer
+	// MaxEventBytes bounds one SSE event read from Tier 1; a longer one
+	// ends the stream with an error event. Default 1 MiB.
+	MaxEventBytes int
+	// StreamWriteTimeout bounds each write of a stream to the client; a
+	// client that stops reading is dropped and its reservation released.
+	// Default 30s.
+	StreamWriteTimeout time.Duration
+	// MaxStreamDuration bounds a whole stream after its first event; a
+	// stream still running then ends with an error event. Default 30m.
+	MaxStreamDuration time.Duration
+
+	// Registry receives the gateway's metrics; the gateway does not serve
+	// them (they name tenants): tier2/server does, on its own listener.
+	// Default: a private registry.
+	Registry prometheus.Registerer
 	Logger   *slog.Logger
 }
 
@@ -122,14 +150,21 @@ func (o *Options) setDefaults() {
 	if o.DefaultMaxTokens <= 0 {
 		o.DefaultMaxTokens = 256
 	}
+	if o.BodyReadTimeout <= 0 {
+		o.BodyReadTimeout = 30 * time.Second
+	}
+	if o.MaxEventBytes <= 0 {
+		o.MaxEventBytes = 1 << 20
+	}
+	if o.StreamWriteTimeout <= 0 {
+		o.StreamWriteTimeout = 30 * time.Second
+	}
+	if o.MaxStreamDuration <= 0 {
+		o.MaxStreamDuration = 30 * time.Minute
+	}
 	if o.Registry == nil {
 		reg := prometheus.NewRegistry()
 		o.Registry = reg
-	}
-	if o.Gatherer == nil {
-		if g, ok := o.Registry.(prometheus.Gatherer); ok {
-			o.Gatherer = g
-		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -219,9 +254,6 @@ func New(opts Options) (*Gateway, error) {
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	})
 	mux.HandleFunc("/ready", g.ready)
-	if opts.Gatherer != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
-	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		openai.Errorf(w, http.StatusNotFound, "not_found", "unknown path "+r.URL.Path)
 	})
@@ -247,11 +279,22 @@ func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `{"status":"ready"}`)
 }
 
+// closeAfter marks an answer given before the request body was read: the
+// connection closes after it, and reading ends now, so the server does not
+// wait to drain a body of up to 256 KiB that nobody will read (net/http
+// drains an unread body after the handler, Connection: close or not).
+func closeAfter(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (*tenant.Tenant, bool) {
 	t, err := g.opts.Auth.Authenticate(r.Context(), r)
-	switch {
-	case err == nil && t != nil:
+	if err == nil && t != nil {
 		return t, true
+	}
+	closeAfter(w)
+	switch {
 	case errors.Is(err, tenant.ErrDisabled):
 		openai.Errorf(w, http.StatusForbidden, "tenant_disabled", "this tenant is disabled")
 	default:
@@ -331,25 +374,27 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
+// inference serves the three inference endpoints: authenticate, decode,
+// plan, admit, then the exchange with Tier 1, and settle the tokens used.
 func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	endpoint := strings.TrimPrefix(r.URL.Path, "/v1/")
 	w := &statusWriter{ResponseWriter: rw}
-	defer func() {
-		code := w.code
-		if code == 0 {
-			code = 499 // client went away before any answer
-		}
-		g.mRequests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
-		g.mDuration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
-	}()
+	defer g.observe(w, endpoint, start)
+	// The body must arrive in BodyReadTimeout, whoever sends it.
+	rc := http.NewResponseController(rw)
+	_ = rc.SetReadDeadline(start.Add(g.opts.BodyReadTimeout))
 	if r.Method != http.MethodPost {
+		closeAfter(w)
 		openai.Errorf(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 		return
 	}
@@ -357,15 +402,13 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
-	if err != nil {
-		openai.Errorf(w, http.StatusBadRequest, "invalid_body", "could not read the request body")
+	body, ok := g.readBody(w, r)
+	if !ok {
 		return
 	}
-	if int64(len(body)) > g.opts.MaxBodyBytes {
-		openai.Errorf(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", g.opts.MaxBodyBytes))
-		return
-	}
+	// Read in full: lift the deadline, which would otherwise end a long
+	// stream (the server's background read of the connection would fail).
+	_ = rc.SetReadDeadline(time.Time{})
 	var req request
 	if err := json.Unmarshal(body, &req); err != nil {
 		openai.Errorf(w, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: "+err.Error())
@@ -379,52 +422,16 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		openai.Errorf(w, http.StatusBadRequest, "invalid_stream", "embeddings cannot be streamed")
 		return
 	}
-	policy, err := route.ParsePolicy(string(t.Policy), "")
-	if err != nil {
-		policy = ""
-	}
-	plan, err := g.opts.Router.Plan(route.Request{Model: req.Model, Policy: policy, Region: t.Region})
-	switch {
-	case errors.Is(err, route.ErrUnknownModel):
-		openai.Errorf(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("the model %q does not exist or no cluster serves it", req.Model))
-		return
-	case err != nil:
-		openai.Errorf(w, http.StatusServiceUnavailable, "no_capacity", fmt.Sprintf("no cluster can take %q requests right now", req.Model))
+	plan, ok := g.plan(w, t, req.Model)
+	if !ok {
 		return
 	}
 
 	// Admission after planning: a request we cannot route costs no quota.
 	est := estimateTokens(body, req, g.opts.DefaultMaxTokens, endpoint)
-	finish := func(int) {}
-	if g.opts.Limiter != nil {
-		adm, err := g.opts.Limiter.Admit(r.Context(), t, req.Model, est)
-		if adm.SetHeaders != nil {
-			adm.SetHeaders(w.Header())
-		}
-		if err != nil && !adm.Allowed {
-			g.log.Error("rate limiter unavailable", "tenant", t.ID, "err", err)
-			openai.Errorf(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "rate limiting is unavailable; try again shortly")
-			return
-		}
-		if !adm.Allowed {
-			if adm.RetryAfter > 0 && w.Header().Get("Retry-After") == "" {
-				w.Header().Set("Retry-After", strconv.Itoa(int((adm.RetryAfter+time.Second-1)/time.Second)))
-			}
-			g.mLimited.WithLabelValues(t.ID, adm.Reason).Inc()
-			msg := "rate limit exceeded"
-			if adm.Reason != "" {
-				msg += ": " + adm.Reason
-			}
-			openai.Errorf(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg)
-			return
-		}
-		if adm.Finish != nil {
-			finish = func(actual int) {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
-				defer cancel()
-				adm.Finish(ctx, actual)
-			}
-		}
+	finish, ok := g.admit(w, r, t, req.Model, est)
+	if !ok {
+		return
 	}
 
 	// For a stream, ask Tier 1 for usage even when the client did not, so
@@ -445,18 +452,112 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		x.requestID = newID()
 	}
 	u := x.run(plan, start)
-	actual := est
-	if u != nil && u.total() > 0 {
-		actual = u.total()
-		if c := x.served; c != nil {
-			g.mTokens.WithLabelValues(t.ID, c.Name, "prompt").Add(float64(u.PromptTokens))
-			g.mTokens.WithLabelValues(t.ID, c.Name, "completion").Add(float64(u.CompletionTokens))
-			if c.CostUnit == cluster.CostPerMTok && c.Cost > 0 {
-				g.mCost.WithLabelValues(t.ID, c.Name).Add(float64(u.total()) / 1e6 * c.Cost)
-			}
+	finish(g.account(t, x.served, u, est))
+}
+
+// observe counts an answered request; 499 when nothing was answered
+// because the client went away.
+func (g *Gateway) observe(w *statusWriter, endpoint string, start time.Time) {
+	code := w.code
+	if code == 0 {
+		code = 499
+	}
+	g.mRequests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+	g.mDuration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+}
+
+// readBody reads the request body up to MaxBodyBytes, answering 400 or 413
+// itself when it cannot.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
+	if err != nil {
+		closeAfter(w)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			openai.Errorf(w, http.StatusBadRequest, "body_timeout", fmt.Sprintf("the request body did not arrive within %v", g.opts.BodyReadTimeout))
+			return nil, false
+		}
+		openai.Errorf(w, http.StatusBadRequest, "invalid_body", "could not read the request body")
+		return nil, false
+	}
+	if int64(len(body)) > g.opts.MaxBodyBytes {
+		closeAfter(w)
+		openai.Errorf(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", g.opts.MaxBodyBytes))
+		return nil, false
+	}
+	return body, true
+}
+
+// plan asks the router for the clusters to try, answering 404 or 503
+// itself when there are none.
+func (g *Gateway) plan(w http.ResponseWriter, t *tenant.Tenant, model string) ([]route.Candidate, bool) {
+	policy, err := route.ParsePolicy(string(t.Policy), "")
+	if err != nil {
+		policy = ""
+	}
+	plan, err := g.opts.Router.Plan(route.Request{Model: model, Policy: policy, Region: t.Region})
+	switch {
+	case errors.Is(err, route.ErrUnknownModel):
+		openai.Errorf(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("the model %q does not exist or no cluster serves it", model))
+		return nil, false
+	case err != nil:
+		openai.Errorf(w, http.StatusServiceUnavailable, "no_capacity", fmt.Sprintf("no cluster can take %q requests right now", model))
+		return nil, false
+	}
+	return plan, true
+}
+
+// admit asks the limiter for est tokens of model, answering 429 or 503
+// itself when refused. finish settles the admission with the tokens used.
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, t *tenant.Tenant, model string, est int) (finish func(actual int), ok bool) {
+	finish = func(int) {}
+	if g.opts.Limiter == nil {
+		return finish, true
+	}
+	adm, err := g.opts.Limiter.Admit(r.Context(), t, model, est)
+	if adm.SetHeaders != nil {
+		adm.SetHeaders(w.Header())
+	}
+	if err != nil && !adm.Allowed {
+		g.log.Error("rate limiter unavailable", "tenant", t.ID, "err", err)
+		openai.Errorf(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "rate limiting is unavailable; try again shortly")
+		return nil, false
+	}
+	if !adm.Allowed {
+		if adm.RetryAfter > 0 && w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", strconv.Itoa(int((adm.RetryAfter+time.Second-1)/time.Second)))
+		}
+		g.mLimited.WithLabelValues(t.ID, adm.Reason).Inc()
+		msg := "rate limit exceeded"
+		if adm.Reason != "" {
+			msg += ": " + adm.Reason
+		}
+		openai.Errorf(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg)
+		return nil, false
+	}
+	if adm.Finish != nil {
+		finish = func(actual int) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
+			defer cancel()
+			adm.Finish(ctx, actual)
 		}
 	}
-	finish(actual)
+	return finish, true
+}
+
+// account records the tokens and cost of a served request and returns the
+// tokens to settle the admission with: the response's usage, else est.
+func (g *Gateway) account(t *tenant.Tenant, served *discovery.Cluster, u *usage, est int) int {
+	if u == nil || u.total() <= 0 {
+		return est
+	}
+	if c := served; c != nil {
+		g.mTokens.WithLabelValues(t.ID, c.Name, "prompt").Add(float64(u.PromptTokens))
+		g.mTokens.WithLabelValues(t.ID, c.Name, "completion").Add(float64(u.CompletionTokens))
+		if c.CostUnit == cluster.CostPerMTok && c.Cost > 0 {
+			g.mCost.WithLabelValues(t.ID, c.Name).Add(float64(u.total()) / 1e6 * c.Cost)
+		}
+	}
+	return u.total()
 }
 
 // estimateTokens guesses a request's tokens before it runs: about four
@@ -505,340 +606,4 @@ func newID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// exchange is one client request and its attempts.
-type exchange struct {
-	g         *Gateway
-	w         *statusWriter
-	r         *http.Request
-	t         *tenant.Tenant
-	body      []byte
-	model     string
-	stream    bool
-	injected  bool
-	requestID string
-
-	usage  *usage
-	served *discovery.Cluster // the cluster whose answer reached the client
-}
-
-// attemptResult says whether the exchange is over or may move on to the
-// next candidate (nothing reached the client).
-type attemptResult int
-
-const (
-	resultDone  attemptResult = iota // answered (successfully or not); stop
-	resultRetry                      // failed before any byte reached the client
-)
-
-func (x *exchange) run(plan []route.Candidate, start time.Time) *usage {
-	g := x.g
-	attempts := 0
-	all429, all404 := true, true
-	for _, cand := range plan {
-		if attempts >= g.opts.MaxAttempts {
-			break
-		}
-		if attempts > 0 && time.Since(start) > g.opts.FailoverBudget {
-			break
-		}
-		if x.r.Context().Err() != nil {
-			return nil
-		}
-		if attempts > 0 {
-			cand.Reason = route.ReasonFailover
-		}
-		a, err := g.opts.Router.Begin(cand, x.model)
-		if err != nil {
-			continue // breaker refused: not an attempt
-		}
-		if attempts > 0 {
-			g.mFailovers.Inc()
-		}
-		attempts++
-		res, err := x.attempt(cand, a)
-		a.Done(err)
-		if res == resultDone {
-			return x.usage
-		}
-		var se *route.StatusError
-		if !errors.As(err, &se) || se.Code != http.StatusTooManyRequests {
-			all429 = false
-		}
-		if se == nil || se.Code != http.StatusNotFound {
-			all404 = false
-		}
-		g.log.Warn("tier1 attempt failed", "cluster", cand.Cluster.Name, "region", cand.Cluster.Region,
-			"model", x.model, "attempt", attempts, "err", err, "request_id", x.requestID)
-	}
-	// The error is Tier 2's, not a cluster's.
-	x.w.Header().Del("X-Infergate-Cluster")
-	x.w.Header().Del("X-Infergate-Region")
-	switch {
-	case x.r.Context().Err() != nil:
-	case attempts == 0:
-		openai.Errorf(x.w, http.StatusServiceUnavailable, "no_capacity", fmt.Sprintf("no cluster can take %q requests right now", x.model))
-	case all404:
-		openai.Errorf(x.w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no cluster serves the model %q", x.model))
-	case all429:
-		x.w.Header().Set("Retry-After", "1")
-		openai.Errorf(x.w, http.StatusTooManyRequests, "upstream_overloaded", "every cluster serving this model is overloaded; retry shortly")
-	default:
-		// Details (addresses, errors) stay in the log, under the request ID.
-		openai.Errorf(x.w, http.StatusBadGateway, "upstream_unavailable",
-			fmt.Sprintf("%d cluster(s) tried, none answered; request id %s", attempts, x.requestID))
-	}
-	return nil
-}
-
-// attempt sends the request to one cluster. With resultRetry nothing was
-// written to the client.
-func (x *exchange) attempt(cand route.Candidate, a *route.Attempt) (attemptResult, error) {
-	g := x.g
-	ctx, cancel := context.WithCancel(x.r.Context())
-	defer cancel()
-	timeout := g.opts.ResponseTimeout
-	if x.stream {
-		timeout = g.opts.FirstByteTimeout
-	}
-	timer := time.AfterFunc(timeout, cancel)
-	defer timer.Stop()
-	clientGone := func(err error) error {
-		if x.r.Context().Err() != nil {
-			return route.ErrClientCanceled
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("no response within %v: %w", timeout, err)
-		}
-		return err
-	}
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cand.Cluster.Address+x.r.URL.Path, bytes.NewReader(x.body))
-	if err != nil {
-		return resultRetry, err
-	}
-	// Only what Tier 1 needs goes through: client credentials and any
-	// client-supplied internal (X-Infergate-*) headers never do.
-	req.Header.Set("Content-Type", "application/json")
-	if acc := x.r.Header.Get("Accept"); acc != "" {
-		req.Header.Set("Accept", acc)
-	}
-	if g.opts.Tier1Token != "" {
-		req.Header.Set("Authorization", "Bearer "+g.opts.Tier1Token)
-	}
-	req.Header.Set("X-Request-Id", x.requestID)
-	req.Header.Set("X-Infergate-Tenant", x.t.ID)
-	sent := time.Now()
-	resp, err := g.opts.Transport.RoundTrip(req)
-	if err != nil {
-		err = clientGone(err)
-		if errors.Is(err, route.ErrClientCanceled) {
-			return resultDone, err
-		}
-		return resultRetry, err
-	}
-	defer resp.Body.Close()
-
-	switch code := resp.StatusCode; {
-	case code >= 500, code == http.StatusTooManyRequests,
-		// Stale model list: another cluster may serve it (not a fault).
-		code == http.StatusNotFound:
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return resultRetry, &route.StatusError{Code: code}
-	case code == http.StatusUnauthorized, code == http.StatusForbidden:
-		// Tier 1 refused Tier 2's own token: a misconfigured cluster, not
-		// the client's fault; it counts against the cluster.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return resultRetry, fmt.Errorf("tier1 rejected tier2's token (HTTP %d)", code)
-	}
-	h := x.w.Header()
-	x.served = &cand.Cluster
-	h.Set("X-Request-Id", x.requestID)
-	h.Set("X-Infergate-Cluster", cand.Cluster.Name)
-	h.Set("X-Infergate-Region", cand.Cluster.Region)
-	if resp.StatusCode >= 400 {
-		// The request's own fault: Tier 1's answer is the answer.
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		h.Set("Content-Type", resp.Header.Get("Content-Type"))
-		x.w.WriteHeader(resp.StatusCode)
-		_, _ = x.w.Write(b)
-		return resultDone, &route.StatusError{Code: resp.StatusCode}
-	}
-	if x.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return x.relayStream(ctx, resp, a, timer, sent)
-	}
-
-	// Non-streaming: buffer the answer so a failure while reading it can
-	// still fail over.
-	buf, err := io.ReadAll(io.LimitReader(resp.Body, g.opts.MaxBufferedResponse))
-	if err != nil {
-		err = clientGone(err)
-		if errors.Is(err, route.ErrClientCanceled) {
-			return resultDone, err
-		}
-		return resultRetry, fmt.Errorf("reading response: %w", err)
-	}
-	timer.Stop()
-	var u struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(buf, &u) == nil && u.Usage != nil {
-		x.usage = u.Usage
-	}
-	h.Set("Content-Type", resp.Header.Get("Content-Type"))
-	if int64(len(buf)) < g.opts.MaxBufferedResponse {
-		h.Set("Content-Length", strconv.Itoa(len(buf)))
-	}
-	x.w.WriteHeader(resp.StatusCode)
-	if _, err := x.w.Write(buf); err != nil {
-		return resultDone, route.ErrClientCanceled
-	}
-	if int64(len(buf)) >= g.opts.MaxBufferedResponse {
-		// Too big to buffer: the rest streams through, committed.
-		if _, err := io.Copy(x.w, resp.Body); err != nil {
-			return resultDone, clientGone(err)
-		}
-	}
-	return resultDone, nil
-}
-
-// relayStream relays an SSE response event by event. Until the first event
-// has been read nothing is written, so a cluster that dies before its first
-// token still fails over.
-func (x *exchange) relayStream(ctx context.Context, resp *http.Response, a *route.Attempt, timer *time.Timer, sent time.Time) (attemptResult, error) {
-	br := bufio.NewReaderSize(resp.Body, 4<<10) // longer lines are handled by readEvent
-	ev, err := readEvent(br)
-	if err != nil {
-		if x.r.Context().Err() != nil {
-			return resultDone, route.ErrClientCanceled
-		}
-		if ctx.Err() != nil {
-			return resultRetry, fmt.Errorf("no first event within %v", x.g.opts.FirstByteTimeout)
-		}
-		return resultRetry, fmt.Errorf("stream ended before its first event: %w", err)
-	}
-	timer.Stop()
-	a.FirstToken(time.Since(sent))
-
-	h := x.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Del("Content-Length")
-	x.w.WriteHeader(http.StatusOK)
-	for {
-		if out := x.filterEvent(ev); len(out) > 0 {
-			if _, err := x.w.Write(out); err != nil {
-				return resultDone, route.ErrClientCanceled
-			}
-			x.w.Flush()
-		}
-		ev, err = readEvent(br)
-		if err == io.EOF {
-			return resultDone, nil
-		}
-		if err != nil {
-			if x.r.Context().Err() != nil {
-				return resultDone, route.ErrClientCanceled
-			}
-			// Bytes already reached the client: no retry, the stream just
-			// ends; the cluster is charged with the failure.
-			return resultDone, fmt.Errorf("stream broken: %w", err)
-		}
-	}
-}
-
-// readEvent reads one SSE event (lines up to a blank line), including its
-// terminating blank line. io.EOF means a clean end between events.
-func readEvent(br *bufio.Reader) ([]byte, error) {
-	var ev []byte
-	for {
-		line, err := br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			// A long line: keep reading it.
-			ev = append(ev, line...)
-			continue
-		}
-		if err != nil {
-			if err == io.EOF && len(ev)+len(line) > 0 {
-				ev = append(ev, line...)
-				if len(bytes.TrimSpace(ev)) == 0 {
-					return nil, io.EOF
-				}
-				return append(ev, '\n', '\n'), nil // unterminated last event
-			}
-			return nil, err
-		}
-		ev = append(ev, line...)
-		if len(bytes.TrimRight(line, "\r\n")) == 0 {
-			if len(bytes.TrimSpace(ev)) == 0 {
-				ev = ev[:0] // stray blank line
-				continue
-			}
-			return ev, nil
-		}
-	}
-}
-
-var (
-	usageObj1 = []byte(`"usage":{`)
-	usageObj2 = []byte(`"usage": {`)
-)
-
-// filterEvent records usage from a stream chunk and, when the gateway asked
-// for usage on the client's behalf, keeps the usage chunk from the client.
-func (x *exchange) filterEvent(ev []byte) []byte {
-	if !bytes.Contains(ev, usageObj1) && !bytes.Contains(ev, usageObj2) {
-		return ev
-	}
-	data := eventData(ev)
-	if data == nil {
-		return ev
-	}
-	var chunk struct {
-		Choices []json.RawMessage `json:"choices"`
-		Usage   *usage            `json:"usage"`
-	}
-	if json.Unmarshal(data, &chunk) != nil || chunk.Usage == nil {
-		return ev
-	}
-	x.usage = chunk.Usage
-	if !x.injected {
-		return ev
-	}
-	if len(chunk.Choices) == 0 {
-		return nil // the usage-only chunk the client did not ask for
-	}
-	// Usage riding on a content chunk: drop just the field.
-	var m map[string]json.RawMessage
-	if json.Unmarshal(data, &m) != nil {
-		return ev
-	}
-	delete(m, "usage")
-	nb, err := json.Marshal(m)
-	if err != nil {
-		return ev
-	}
-	return append(append([]byte("data: "), nb...), '\n', '\n')
-}
-
-// eventData joins an event's data lines (nil if it has none).
-func eventData(ev []byte) []byte {
-	var data []byte
-	found := false
-	for _, line := range bytes.Split(ev, []byte("\n")) {
-		line = bytes.TrimRight(line, "\r")
-		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			v = bytes.TrimPrefix(v, []byte(" "))
-			if found {
-				data = append(data, '\n')
-			}
-			data = append(data, v...)
-			found = true
-		}
-	}
-	if !found {
-		return nil
-	}
-	return data
 }

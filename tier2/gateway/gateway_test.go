@@ -113,10 +113,11 @@ func TestProxyBasics(t *testing.T) {
 	if len(list.Data) != 1 || list.Data[0].ID != "m" {
 		t.Errorf("models = %+v", list)
 	}
-	for _, p := range []string{"/health", "/ready", "/metrics"} {
+	for p, want := range map[string]int{"/health": 200, "/ready": 200,
+		"/metrics": 404} { // tenants' figures: served by tier2/server on its own listener
 		resp, err := client.Get(s.url + p)
-		if err != nil || resp.StatusCode != 200 {
-			t.Errorf("GET %s: %v %v", p, err, resp)
+		if err != nil || resp.StatusCode != want {
+			t.Errorf("GET %s: %v %v, want %d", p, err, resp, want)
 		}
 		resp.Body.Close()
 	}
@@ -323,6 +324,10 @@ func TestNoRetryAfterBytes(t *testing.T) {
 	r := s.do(t, "key-cost", "/v1/chat/completions", `{"model":"m","stream":true}`)
 	if r.code != 200 || !strings.Contains(r.body, "a-0") || strings.Contains(r.body, "[DONE]") {
 		t.Fatalf("got %d %q", r.code, r.body)
+	}
+	// The client learns the stream broke: it ends with Tier 1's error event.
+	if d := sseData(r.body); len(d) == 0 || !strings.Contains(d[len(d)-1], `"code":"upstream_interrupted"`) {
+		t.Fatalf("stream does not end with an error event: %q", r.body)
 	}
 	if b.hits.Load() != 0 {
 		t.Fatal("a stream that had started was retried on b")

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ func TestReadEvent(t *testing.T) {
 	br := bufio.NewReaderSize(strings.NewReader(in), 4096)
 	var got []string
 	for {
-		ev, err := readEvent(br)
+		ev, err := readEvent(br, 0)
 		if err == io.EOF {
 			break
 		}
@@ -55,6 +56,9 @@ func TestFilterEvent(t *testing.T) {
 		{"usage on content, client asked", false, onContent, false, 2, true},
 		{"null usage passes", true, plain, false, 0, true},
 		{"done passes", true, "data: [DONE]\n\n", false, 0, false},
+		// Any valid JSON spacing around the key's colon.
+		{"spaced usage chunk, injected", true, "data: {\"choices\" : [],\ndata: \"usage\" :\t{\"total_tokens\": 9}}\n\n", true, 9, false},
+		{"usage key then space, client asked", false, "data: {\"choices\":[],\"usage\" : {\"total_tokens\":4}}\n\n", false, 4, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := &exchange{injected: tc.injected}
@@ -99,5 +103,33 @@ func TestWithIncludeUsage(t *testing.T) {
 		if string(m["stream_options"]) != want || string(m["model"]) != `"m"` {
 			t.Errorf("%s → %s", in, out)
 		}
+	}
+}
+
+// TestReadEventMaxBytes: an event longer than the cap is an error naming
+// the cap, however it is split into lines; one at the cap is read.
+func TestReadEventMaxBytes(t *testing.T) {
+	const maxBytes = 1000
+	for _, tc := range []struct {
+		name, in string
+		ok       bool
+	}{
+		{"at the cap", "data: " + strings.Repeat("x", maxBytes-8) + "\n\n", true},
+		{"one long line", "data: " + strings.Repeat("x", 5000) + "\n\n", false},
+		{"many short lines", strings.Repeat("data: xxxxxxxx\n", 200) + "\n", false},
+		{"no end at all", "data: " + strings.Repeat("x", 50000), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := readEvent(bufio.NewReaderSize(strings.NewReader(tc.in), 64), maxBytes)
+			if tc.ok {
+				if err != nil || string(ev) != tc.in {
+					t.Fatalf("got %d bytes, %v", len(ev), err)
+				}
+				return
+			}
+			if !errors.Is(err, errEventTooLarge) || !strings.Contains(err.Error(), "1000 bytes") {
+				t.Fatalf("err = %v; want errEventTooLarge naming the cap", err)
+			}
+		})
 	}
 }

@@ -42,7 +42,7 @@ type tier1 struct {
 	last    *http.Request
 	lastRaw []byte
 
-	mode       atomic.Value // "ok", "500", "429", "hang", "stall", "die-after-first"
+	mode       atomic.Value // "ok", "500", "429", "hang", "stall", "die-after-first", "endless", "huge-event"
 	chunkDelay atomic.Int64 // ns between stream chunks
 	hits       atomic.Int64 // inference requests received
 	active     atomic.Int64 // inference requests being answered (reported as running)
@@ -164,6 +164,29 @@ func (s *tier1) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	case "hang": // nothing at all
 		<-r.Context().Done()
+		return
+	case "endless", "huge-event": // a stream that never ends, or one event too big
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fl := w.(http.Flusher)
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"first\"}}]}\n\n")
+		fl.Flush()
+		if s.mode.Load().(string) == "huge-event" {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"}}]}\n\n", strings.Repeat("x", 1<<20))
+			fl.Flush()
+			<-r.Context().Done()
+			return
+		}
+		chunk := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("y", 16<<10) + "\"}}]}\n\n"
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+			fl.Flush()
+			if d := time.Duration(s.chunkDelay.Load()); d > 0 {
+				time.Sleep(d)
+			}
+		}
 		return
 	case "stall": // headers, then nothing
 		w.Header().Set("Content-Type", "text/event-stream")

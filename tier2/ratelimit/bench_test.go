@@ -136,7 +136,7 @@ func BenchmarkScriptCall(b *testing.B) {
 	defer l.Close()
 	st := &tenantState{id: "bench", res: map[resKey]*resource{}}
 	ctx := context.Background()
-	rs0 := st.resolve(l, needsFor(benchTenant, "m", 100), time.Now())
+	rs0 := st.resolve(l, needsFor(benchTenant, "m", "", 100), time.Now())
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		st.mu.Lock()

@@ -9,6 +9,15 @@
 // be used for LeaseTTL; windows count every grant for at least one minute
 // plus LeaseTTL, which is what keeps the total across replicas at or under
 // the limit (see docs/tier2-limits.md for the bound).
+//
+// A reader's map: ratelimit.go is the exported API (Limiter, Admit,
+// Reservation.Finish) and the Redis outage handling; state.go one tenant's
+// local view and the assembly of a script call; rates.go, budgets.go and
+// concurrency.go what is particular to each kind of limit, lease.go the
+// leases rates and budgets share. protocol.go defines the call to Redis
+// once (op, result) and sync.lua runs it; membackend.go is the same
+// protocol in process for a single replica, checked against the script by
+// protocol_test.go. usage.go reads use for the admin API.
 package ratelimit
 
 import (
@@ -47,6 +56,9 @@ type Options struct {
 	// (false) fails open to the local limits.
 	FailClosed bool
 	// Timeout bounds every Redis call on the request path. Default 50ms.
+	// It holds against a hung Redis only if the client honours context
+	// deadlines (redis.Options.ContextTimeoutEnabled; RedisConfig.Client
+	// sets it); New logs a warning otherwise.
 	Timeout time.Duration
 	// SyncInterval is how often the background loop returns expired
 	// leases, flushes refunds, renews concurrency holdings and refills
@@ -70,6 +82,11 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// ReplicaID names this replica's concurrency holdings. Default random.
 	ReplicaID string
+	// BaseModel returns the base model of a LoRA adapter ("" for other
+	// models), so a per-model limit on a base model also covers its
+	// adapters, which run on the same pods. Nil: no adapters known.
+	// tier2/route's Router.BaseModel implements it.
+	BaseModel func(model string) string
 	Logger    *slog.Logger
 
 	window, bucket time.Duration // tests only
@@ -245,6 +262,9 @@ func New(opts Options) *Limiter {
 	if opts.Redis != nil {
 		l.be = redisBackend{rdb: opts.Redis}
 		l.shared = true
+		if !contextTimeouts(opts.Redis) {
+			opts.Logger.Warn("ratelimit: redis client ignores context deadlines (ContextTimeoutEnabled is off); a hung Redis holds requests until the client's ReadTimeout, not Options.Timeout")
+		}
 	} else {
 		l.be = newMemBackend()
 	}
@@ -252,6 +272,18 @@ func New(opts Options) *Limiter {
 	l.cancel = cancel
 	go l.loop(ctx)
 	return l
+}
+
+// contextTimeouts reports whether rdb bounds socket I/O by the context's
+// deadline, which is what makes Options.Timeout hold against a hung Redis.
+func contextTimeouts(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true // unknown kind: trust the caller
 }
 
 // Close stops the background loop after returning unused leases and
@@ -320,7 +352,9 @@ type need struct {
 	per   string // budget period
 }
 
-func needsFor(t *tenant.Tenant, model string, est int64) []need {
+// needsFor lists the limits a request for model draws on: the tenant's,
+// the model's, and for a LoRA adapter its base model's (base "" if none).
+func needsFor(t *tenant.Tenant, model, base string, est int64) []need {
 	var out []need
 	add := func(scope string, lim tenant.Limits) {
 		if lim.Concurrent > 0 {
@@ -344,6 +378,9 @@ func needsFor(t *tenant.Tenant, model string, est int64) []need {
 	if ml, ok := t.ModelLimits[model]; ok && model != "" {
 		add(model, ml)
 	}
+	if ml, ok := t.ModelLimits[base]; ok && base != "" && base != model {
+		add(base, ml)
+	}
 	return out
 }
 
@@ -358,7 +395,11 @@ func (l *Limiter) Admit(ctx context.Context, t *tenant.Tenant, model string, est
 	}
 	l.admits.Add(1)
 	est := int64(max(estTokens, 0))
-	needs := needsFor(t, model, est)
+	base := ""
+	if l.opts.BaseModel != nil && len(t.ModelLimits) > 0 {
+		base = l.opts.BaseModel(model)
+	}
+	needs := needsFor(t, model, base, est)
 	if len(needs) == 0 {
 		return &Reservation{}, Decision{Allowed: true}, nil
 	}
@@ -513,7 +554,7 @@ func (l *Limiter) probe(ctx context.Context) {
 	}
 	l.downMu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, max(l.opts.Timeout, 100*time.Millisecond))
-	_, err := withDeadline(cctx, func() (string, error) { return l.opts.Redis.Ping(cctx).Result() })
+	err := l.opts.Redis.Ping(cctx).Err()
 	cancel()
 	l.downMu.Lock()
 	defer l.downMu.Unlock()
@@ -690,7 +731,7 @@ func (r *Reservation) Finish(ctx context.Context, actualTokens int) {
 	st.mu.Lock()
 	st.lastUse = now
 	for _, p := range r.parts {
-		st.finishPart(r.l, p, actual, r.local, now)
+		st.finishPart(p, actual, r.local, now)
 	}
 	st.mu.Unlock()
 }

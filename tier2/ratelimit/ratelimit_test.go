@@ -193,3 +193,27 @@ func TestIdleStateEviction(t *testing.T) {
 		}
 	})
 }
+
+// A per-model limit on a base model covers its LoRA adapters (they run on
+// the same pods): requests for the base and for an adapter count together.
+func TestAdapterSharesBaseLimit(t *testing.T) {
+	backends(t, func(t *testing.T, newLimiter func(Options) *Limiter) {
+		bases := map[string]string{"llama-sql": "llama", "llama-chat": "llama"}
+		l := newLimiter(Options{BaseModel: func(m string) string { return bases[m] }})
+		tn := &tenant.Tenant{ID: "lora", ModelLimits: map[string]tenant.Limits{"llama": {RPM: 3}}}
+		for i, m := range []string{"llama-sql", "llama", "llama-chat"} {
+			if _, d := admit(t, l, tn, m, 0); !d.Allowed {
+				t.Fatalf("request %d (%s) refused: %+v", i, m, d)
+			}
+		}
+		for _, m := range []string{"llama-sql", "llama", "llama-chat"} {
+			if _, d := admit(t, l, tn, m, 0); d.Allowed || d.Reason != ReasonRPM || d.Model != "llama" {
+				t.Fatalf("%s over the base's limit: %+v", m, d)
+			}
+		}
+		// Another model is not the base's business.
+		if _, d := admit(t, l, tn, "other", 0); !d.Allowed {
+			t.Fatalf("other model refused: %+v", d)
+		}
+	})
+}

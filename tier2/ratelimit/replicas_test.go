@@ -363,7 +363,7 @@ func TestHungRedisTimeout(t *testing.T) {
 			defer c.Close() // hold it open, say nothing
 		}
 	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	l := New(Options{Redis: rdb, Replicas: 2, Timeout: 50 * time.Millisecond, Backoff: time.Hour, MaxBackoff: time.Hour})
 	defer l.Close()

@@ -5,10 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/time/rate"
-
-	"github.com/infergate/infergate/tier2/tenant"
 )
 
 // tenantState is one replica's view of one tenant's limits: its leases,
@@ -31,21 +27,16 @@ type resKey struct {
 	scope string
 }
 
-// resource is one limit (e.g. the tenant's TPM, or a model's RPM).
+// resource is one limit (e.g. the tenant's TPM, or a model's RPM). The
+// fields every kind shares are here; each kind's own state is in its
+// embedded part: leases for rates and budgets (lease.go), window refunds
+// and the outage limiter for rates (rates.go), the period and its
+// refunds for budgets (budgets.go), slots for concurrency
+// (concurrency.go). Only the part of r.k is used.
 type resource struct {
-	k      kind
-	scope  string
-	limit  int64
-	period string // budget: "day" or "month"
-
-	chunks     []chunk // leased, unused units (windows, budget)
-	pendRef    map[int64]int64
-	pendDebt   int64
-	pendBudget map[string]int64 // budget period id -> delta to apply
-
-	inUse, held int64 // concurrency
-	registered  bool
-	lastBeat    time.Time
+	k     kind
+	scope string
+	limit int64
 
 	used     int64 // all replicas, at the last sync
 	reset    time.Duration
@@ -55,27 +46,10 @@ type resource struct {
 	deniedNeed  int64
 	retryAt     time.Time
 
-	consumed int64
-	rate     float64 // units per second, local
-	rateAt   time.Time
-
-	lastAsk   int64 // slow start
-	lastFetch time.Time
-
-	perID, perKind   string // periodAt cache
-	perStart, perEnd time.Time
-
-	local         *rate.Limiter
-	localShare    int64
-	lastRemaining int64 // budget, -1 unknown
-	outageSpent   int64
-}
-
-type chunk struct {
-	bucket int64
-	period string
-	n      int64
-	exp    time.Time
+	lease
+	rates
+	budget
+	slots
 }
 
 // item pairs a resource with one request's need of it.
@@ -91,120 +65,14 @@ func (st *tenantState) resolve(l *Limiter, needs []need, now time.Time) []item {
 		k := resKey{nd.k, nd.scope}
 		r := st.res[k]
 		if r == nil {
-			r = &resource{k: nd.k, scope: nd.scope, pendRef: map[int64]int64{}, pendBudget: map[string]int64{}, rateAt: now, lastRemaining: -1}
+			r = &resource{k: nd.k, scope: nd.scope,
+				lease: lease{rateAt: now}, rates: rates{pendRef: map[int64]int64{}}, budget: budget{pendBudget: map[string]int64{}, lastRemaining: -1}}
 			st.res[k] = r
 		}
 		r.limit, r.period = nd.limit, nd.per
 		out = append(out, item{r: r, n: nd.n})
 	}
 	return out
-}
-
-func periodID(period string, now time.Time) (id string, end time.Time) {
-	now = now.UTC()
-	if period == tenant.PeriodDay {
-		start := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
-		return "d" + start.Format("20060102"), start.AddDate(0, 0, 1)
-	}
-	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	return "m" + start.Format("200601"), start.AddDate(0, 1, 0)
-}
-
-// periodAt is periodID cached until the period ends (it formats dates).
-func (r *resource) periodAt(now time.Time) (string, time.Time) {
-	if r.perID == "" || r.perKind != r.period || !now.Before(r.perEnd) || now.Before(r.perStart) {
-		r.perID, r.perEnd = periodID(r.period, now)
-		r.perStart, _ = periodEnd(r.perID)
-		r.perKind = r.period
-	}
-	return r.perID, r.perEnd
-}
-
-// expire turns lapsed leases into pending refunds.
-func (r *resource) expire(now time.Time) {
-	cur := ""
-	if r.k == kBudget {
-		cur, _ = r.periodAt(now)
-	}
-	kept := r.chunks[:0]
-	for _, c := range r.chunks {
-		if c.n > 0 && now.Before(c.exp) && (r.k != kBudget || c.period == cur) {
-			kept = append(kept, c)
-			continue
-		}
-		r.refund(c.bucket, c.period, c.n)
-	}
-	r.chunks = kept
-}
-
-func (r *resource) expireAll() {
-	for _, c := range r.chunks {
-		r.refund(c.bucket, c.period, c.n)
-	}
-	r.chunks = nil
-	if r.k == kConc {
-		r.held = r.inUse
-	}
-}
-
-func (r *resource) refund(bucket int64, period string, n int64) {
-	if n <= 0 {
-		return
-	}
-	switch r.k {
-	case kBudget:
-		r.pendBudget[period] -= n
-	default:
-		r.pendRef[bucket] += n
-	}
-}
-
-func (r *resource) avail(now time.Time) int64 {
-	r.expire(now)
-	var n int64
-	for _, c := range r.chunks {
-		n += c.n
-	}
-	return n
-}
-
-// take consumes n leased units oldest first and reports where they came
-// from; it returns false (consuming nothing) when the lease is short.
-func (r *resource) take(n int64) ([]chunkUse, bool) {
-	var have int64
-	for _, c := range r.chunks {
-		have += c.n
-	}
-	if have < n {
-		return nil, false
-	}
-	var uses []chunkUse
-	for i := range r.chunks {
-		if n == 0 {
-			break
-		}
-		c := &r.chunks[i]
-		t := min(c.n, n)
-		if t == 0 {
-			continue
-		}
-		c.n -= t
-		n -= t
-		uses = append(uses, chunkUse{bucket: c.bucket, period: c.period, n: t})
-	}
-	return uses, true
-}
-
-// takeUpTo consumes up to n leased units and returns how many.
-func (r *resource) takeUpTo(n int64) int64 {
-	var got int64
-	for i := range r.chunks {
-		c := &r.chunks[i]
-		t := min(c.n, n-got)
-		c.n -= t
-		got += t
-	}
-	return got
 }
 
 func (st *tenantState) cachedDenial(rs []item, now time.Time) (Decision, bool) {
@@ -308,31 +176,6 @@ func (st *tenantState) decision(rs []item, now time.Time) Decision {
 	return d
 }
 
-// leaseTarget is how many units to hold locally: what this replica used
-// in LeaseTTL at its recent rate, capped so one replica cannot hoard.
-func (l *Limiter) leaseTarget(r *resource) int64 {
-	capN := int64(float64(r.limit) * l.opts.MaxLeaseFraction / float64(l.opts.Replicas))
-	if r.k == kConc {
-		return max(capN/2, 0)
-	}
-	t := int64(r.rate * l.opts.LeaseTTL.Seconds())
-	return min(max(t, 0), max(capN, 1))
-}
-
-// slowStart sizes a lease fetched because an admission ran out: when the
-// previous lease went in under half its life, ask for twice as much (up to
-// the cap), so a new or bursting tenant reaches its rate in a few round
-// trips instead of one per request.
-func (l *Limiter) slowStart(r *resource, target, n int64, now time.Time) int64 {
-	ask := target
-	if now.Sub(r.lastFetch) < l.opts.LeaseTTL/2 {
-		capN := max(int64(float64(r.limit)*l.opts.MaxLeaseFraction/float64(l.opts.Replicas)), 1)
-		ask = max(target, min(2*r.lastAsk, capN))
-	}
-	r.lastAsk, r.lastFetch = max(ask, n), now
-	return ask
-}
-
 func (st *tenantState) wantsRefill(l *Limiter, now time.Time) bool {
 	for _, r := range st.res {
 		if r.k == kConc {
@@ -344,25 +187,6 @@ func (st *tenantState) wantsRefill(l *Limiter, now time.Time) bool {
 		}
 	}
 	return false
-}
-
-func (st *tenantState) updateRates(now time.Time) {
-	for _, r := range st.res {
-		el := now.Sub(r.rateAt).Seconds()
-		if el < 0.5 {
-			continue
-		}
-		inst := float64(r.consumed) / el
-		if r.rate == 0 {
-			r.rate = inst
-		} else {
-			r.rate = 0.5*r.rate + 0.5*inst
-		}
-		if r.rate < 0.01 {
-			r.rate = 0
-		}
-		r.consumed, r.rateAt = 0, now
-	}
 }
 
 // backgroundDue reports whether the loop should sync this tenant now.
@@ -395,14 +219,6 @@ func (st *tenantState) backgroundDue(l *Limiter, now time.Time) bool {
 	return false
 }
 
-func (l *Limiter) concBeatDue(r *resource, now time.Time) bool {
-	target := r.inUse + l.leaseTarget(r)
-	if r.held > target || r.inUse > r.held {
-		return true
-	}
-	return (r.held > 0 || r.registered) && now.Sub(r.lastBeat) >= l.opts.SlotTTL/3
-}
-
 func (st *tenantState) idle(now time.Time, after time.Duration) bool {
 	if now.Sub(st.lastUse) < after {
 		return false
@@ -424,6 +240,32 @@ func (l *Limiter) key(tenantID, name, scope string) string {
 	return l.opts.KeyPrefix + "{" + tenantID + "}:" + name + ":" + scope
 }
 
+// call is one script call being built: its KEYS (1-based in ops) and ops.
+type call struct {
+	tenant string
+	keys   []string
+	idx    map[string]int
+	ops    []*op
+}
+
+// key returns the 1-based index of the tenant's key name:scope in KEYS.
+func (c *call) key(l *Limiter, name, scope string) int {
+	k := l.key(c.tenant, name, scope)
+	if i, ok := c.idx[k]; ok {
+		return i
+	}
+	c.keys = append(c.keys, k)
+	c.idx[k] = len(c.keys)
+	return len(c.keys)
+}
+
+// demand is what one call asks of one resource: n units when an admission
+// needs it (needed), and whether to top up a lease running low (refill).
+type demand struct {
+	n              int64
+	needed, refill bool
+}
+
 // buildOps collects one call's work. rs are the needs of an admission (nil
 // for background syncs); refill asks for more lease when running low.
 func (st *tenantState) buildOps(l *Limiter, rs []item, now time.Time, refill bool) ([]string, []*op) {
@@ -431,117 +273,34 @@ func (st *tenantState) buildOps(l *Limiter, rs []item, now time.Time, refill boo
 	for _, it := range rs {
 		needs[it.r] += it.n
 	}
-	var keys []string
-	idx := map[string]int{}
-	keyIdx := func(k string) int {
-		if i, ok := idx[k]; ok {
-			return i
-		}
-		keys = append(keys, k)
-		idx[k] = len(keys)
-		return len(keys)
-	}
-	w, nb := l.geometry()
-	var ops []*op
-	for rk, r := range st.res {
+	c := &call{tenant: st.id, idx: map[string]int{}}
+	for _, r := range st.res {
 		n, needed := needs[r]
-		target := l.leaseTarget(r)
+		d := demand{n: n, needed: needed, refill: refill}
 		switch r.k {
 		case kRPM, kTPM:
-			name := "rpm"
-			if r.k == kTPM {
-				name = "tpm"
-			}
-			av := r.avail(now)
-			o := &op{K: opWindow, Lim: r.limit, W: w, N: nb, res: r}
-			if needed {
-				o.reqN = n
-				o.Need = max(0, n-av)
-				o.Ask = max(0, l.slowStart(r, target, n, now)+n-av-o.Need)
-			} else if refill && target > 0 && av < target/2 {
-				o.Ask = target - av
-			}
-			for b, v := range r.pendRef {
-				o.Ref = append(o.Ref, [2]int64{b, v})
-			}
-			clear(r.pendRef)
-			o.Debt, r.pendDebt = r.pendDebt, 0
-			if o.Need == 0 && o.Ask == 0 && len(o.Ref) == 0 && o.Debt == 0 && !needed {
-				continue
-			}
-			o.Key = keyIdx(l.key(st.id, name, rk.scope))
-			ops = append(ops, o)
+			l.windowOp(c, r, d, now)
 		case kBudget:
-			cur, end := r.periodAt(now)
-			av := r.avail(now)
-			for p, v := range r.pendBudget {
-				if p == cur || v == 0 {
-					continue
-				}
-				_, pend := periodEnd(p)
-				ops = append(ops, &op{K: opBudget, Key: keyIdx(l.key(st.id, "budget", rk.scope+":"+p)), Lim: r.limit, Delta: v, Exp: pend.Add(24 * time.Hour).Unix(), res: r, refBud: []budgetRef{{p, v}}, other: true})
-				delete(r.pendBudget, p)
-			}
-			o := &op{K: opBudget, Lim: r.limit, Exp: end.Add(24 * time.Hour).Unix(), ResetM: end.Sub(now).Milliseconds(), res: r}
-			if needed {
-				o.reqN = n
-				o.Need = max(0, n-av)
-				o.Ask = max(0, l.slowStart(r, target, n, now)+n-av-o.Need)
-			} else if refill && target > 0 && av < target/2 {
-				o.Ask = target - av
-			}
-			o.Delta = r.pendBudget[cur]
-			delete(r.pendBudget, cur)
-			if o.Delta != 0 {
-				o.refBud = []budgetRef{{cur, o.Delta}}
-			}
-			if o.Need == 0 && o.Ask == 0 && o.Delta == 0 && !needed && r.lastRemaining >= 0 {
-				continue
-			}
-			o.Key = keyIdx(l.key(st.id, "budget", rk.scope+":"+cur))
-			ops = append(ops, o)
+			l.budgetOps(c, r, d, now)
 		case kConc:
-			// Shrink locally first, so slots we give up cannot be taken
-			// while the call is in flight; floor is what Redis must keep.
-			want := r.inUse + target
-			if r.held > want {
-				r.held = want
-			}
-			r.held = max(r.held, r.inUse)
-			o := &op{K: opConc, Lim: r.limit, InUse: r.held, Busy: r.inUse, TTL: l.opts.SlotTTL.Milliseconds(), res: r}
-			o.reqN = n
-			if needed {
-				o.Adm = n
-			}
-			if needed && r.held-r.inUse < n {
-				o.Need = n - (r.held - r.inUse)
-			}
-			o.Ask = max(0, want-r.held)
-			if !needed && !l.concBeatDue(r, now) && !(r.registered && l.closing.Load()) {
-				continue
-			}
-			o.Key = keyIdx(l.key(st.id, "conc", rk.scope))
-			o.DKey = keyIdx(l.key(st.id, "concdl", rk.scope))
-			o.UKey = keyIdx(l.key(st.id, "concuse", rk.scope))
-			ops = append(ops, o)
+			l.concOp(c, r, d, now)
 		}
 	}
-	return keys, ops
+	return c.keys, c.ops
 }
 
-func periodEnd(id string) (time.Time, time.Time) {
-	if len(id) > 1 && id[0] == 'd' {
-		if t, err := time.Parse("20060102", id[1:]); err == nil {
-			return t, t.AddDate(0, 0, 1)
-		}
+// leaseAsk sets o's Need (what an admission lacks beyond the local lease,
+// all or nothing) and Ask (a lease on top, best effort).
+func (l *Limiter) leaseAsk(o *op, r *resource, d demand, now time.Time) {
+	av, target := r.avail(now), l.leaseTarget(r)
+	switch {
+	case d.needed:
+		o.reqN = d.n
+		o.Need = max(0, d.n-av)
+		o.Ask = max(0, l.slowStart(r, target, d.n, now)+d.n-av-o.Need)
+	case d.refill && target > 0 && av < target/2:
+		o.Ask = target - av
 	}
-	if len(id) > 1 && id[0] == 'm' {
-		if t, err := time.Parse("200601", id[1:]); err == nil {
-			return t, t.AddDate(0, 1, 0)
-		}
-	}
-	now := time.Now()
-	return now, now.AddDate(0, 1, 0)
 }
 
 // restore puts back what buildOps took when the call failed. A timed-out
@@ -618,63 +377,19 @@ func (st *tenantState) apply(l *Limiter, ops []*op, results []result, sent, now 
 
 func (l *Limiter) leaseTTL() time.Duration { return l.opts.LeaseTTL }
 
-func (r *resource) localLimiter(share int64, win time.Duration) *rate.Limiter {
-	burst := int(max(1, share/4))
-	perSec := rate.Limit(float64(share) / win.Seconds())
-	if r.local == nil {
-		r.local = rate.NewLimiter(perSec, burst)
-	} else if r.localShare != share {
-		r.local.SetLimit(perSec)
-		r.local.SetBurst(burst)
-	}
-	r.localShare = share
-	return r.local
-}
-
-func (st *tenantState) finishPart(l *Limiter, p part, actual int64, local bool, now time.Time) {
+// finishPart settles one part of a finished request with its real token
+// count: a slot is freed; tokens estimated but unused go back, tokens used
+// beyond the estimate are charged.
+func (st *tenantState) finishPart(p part, actual int64, local bool, now time.Time) {
 	r := p.r
 	switch r.k {
 	case kConc:
-		if r.inUse > 0 {
-			r.inUse--
-		}
-	case kRPM:
+		r.inUse = max(r.inUse-1, 0)
 	case kTPM:
-		if local {
-			return
-		}
-		delta := actual - p.n
-		if delta < 0 {
-			refund := -delta
-			for i := len(p.uses) - 1; i >= 0 && refund > 0; i-- {
-				x := min(refund, p.uses[i].n)
-				r.pendRef[p.uses[i].bucket] += x
-				refund -= x
-			}
-		} else if delta > 0 {
-			// Spend what is leased locally first: those units are already
-			// counted in Redis, so only the rest becomes new debt.
-			r.expire(now)
-			r.pendDebt += delta - r.takeUpTo(delta)
+		if !local {
+			r.settleTokens(p, actual, now)
 		}
 	case kBudget:
-		cur, _ := r.periodAt(now)
-		if local {
-			r.outageSpent += actual - p.n
-			r.pendBudget[cur] += actual
-			return
-		}
-		delta := actual - p.n
-		if delta < 0 {
-			refund := -delta
-			for i := len(p.uses) - 1; i >= 0 && refund > 0; i-- {
-				x := min(refund, p.uses[i].n)
-				r.pendBudget[p.uses[i].period] -= x
-				refund -= x
-			}
-		} else if delta > 0 {
-			r.expire(now)
-			r.pendBudget[cur] += delta - r.takeUpTo(delta)
-		}
+		r.settleBudget(p, actual, local, now)
 	}
 }

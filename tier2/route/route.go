@@ -154,6 +154,10 @@ type Options struct {
 
 	Breaker   BreakerOptions
 	Overrides func() map[string]Override // keyed by cluster name; nil = none
+	// Adapters maps LoRA adapter names to their base model, for clusters
+	// whose load summaries do not say (summaries name the base of each
+	// adapter they serve). Entries here win.
+	Adapters map[string]string
 
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
@@ -536,14 +540,38 @@ type Request struct {
 // Plan returns the clusters to try for req, best first, then the failover
 // order. It does not reserve anything; call Begin for each attempt.
 func (r *Router) Plan(req Request) ([]Candidate, error) {
-	policy := req.Policy
-	if policy == "" {
-		policy = r.opts.DefaultPolicy
+	if req.Policy == "" {
+		req.Policy = r.opts.DefaultPolicy
 	}
-	pinRegion := req.Region
-	if pinRegion == "" {
-		pinRegion = r.opts.Region
+	if req.Region == "" {
+		req.Region = r.opts.Region
 	}
+	cands, err := r.candidates(req)
+	if err != nil {
+		return nil, err
+	}
+	// Sort pointers: candidates are large, and Plan runs per request.
+	ptrs := make([]*Candidate, len(cands))
+	for i := range cands {
+		cands[i].rank = r.regionRank(cands[i].Cluster.Region)
+		ptrs[i] = &cands[i]
+	}
+	slices.SortStableFunc(ptrs, byPolicy(req.Policy))
+	ptrs[0].Reason = r.pickReason(ptrs, req.Policy)
+	failoverOrder(ptrs[0].Cluster.Region, ptrs[1:])
+	out := make([]Candidate, len(ptrs))
+	for i, c := range ptrs {
+		out[i] = *c
+		if i > 0 {
+			out[i].Reason = ReasonFailover
+		}
+	}
+	return out, nil
+}
+
+// candidates filters the clusters that may take req (step 1 of the package
+// doc) and puts each in its group (step 2). Policy and Region are set.
+func (r *Router) candidates(req Request) ([]Candidate, error) {
 	var overrides map[string]Override
 	if r.opts.Overrides != nil {
 		overrides = r.opts.Overrides()
@@ -552,6 +580,7 @@ func (r *Router) Plan(req Request) ([]Candidate, error) {
 	now := time.Now()
 
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	serving := 0
 	cands := make([]Candidate, 0, len(clusters))
 	for _, c := range clusters {
@@ -562,112 +591,113 @@ func (r *Router) Plan(req Request) ([]Candidate, error) {
 		}
 		serving++
 		ov := overrides[c.Name]
-		if ov.Drain {
-			continue
-		}
-		if policy == RegionPinned && c.Region != pinRegion {
+		if ov.Drain || (req.Policy == RegionPinned && c.Region != req.Region) {
 			continue
 		}
 		ms := r.modelLocked(c, st, req.Model)
-		bstate := ms.breaker.State()
-		if bstate == gobreaker.StateOpen {
+		if ms.breaker.State() == gobreaker.StateOpen {
 			continue
 		}
 		cand := Candidate{Cluster: c, Cost: r.effectiveCost(c, ov), Utilization: r.utilAtLocked(c, st, req.Model, sum), ErrorRate: ms.errorRate(now)}
-		var ml cluster.ModelLoad
-		var hasModelLoad bool
-		if sum != nil {
-			ml, hasModelLoad = sum.Models[req.Model]
-		}
-		weight := 1.0
-		if ov.Weight != nil {
-			weight = *ov.Weight
-		}
-		switch {
-		case weight <= 0, st.pollFails >= 2, cand.Utilization >= 1,
-			sum != nil && (!hasModelLoad || ml.ReadyPods == 0 || ml.Saturated):
-			cand.Group = 2
-		case cand.Utilization >= r.opts.SpillThreshold,
-			// Half-open keeps its place so the next request probes it (one
-			// at a time; a failed probe fails over); its error history is
-			// what the probe is about, so it does not demote it.
-			bstate != gobreaker.StateHalfOpen && cand.ErrorRate > r.opts.ErrorRateThreshold,
-			st.summary != nil && sum == nil, // had load, now stale
-			r.opts.LatencyObjective > 0 && ms.ttft > r.opts.LatencyObjective.Seconds():
-			cand.Group = 1
-		}
+		cand.Group = r.groupLocked(cand, clusterView{st: st, sum: sum, ms: ms, ov: ov}, req.Model)
 		cands = append(cands, cand)
 	}
-	r.mu.Unlock()
-
 	if serving == 0 {
 		return nil, ErrUnknownModel
 	}
 	if len(cands) == 0 {
 		return nil, ErrNoCandidates
 	}
+	return cands, nil
+}
 
-	// Sort pointers: candidates are large, and Plan runs per request.
-	ptrs := make([]*Candidate, len(cands))
-	for i := range cands {
-		cands[i].rank = r.regionRank(cands[i].Cluster.Region)
-		ptrs[i] = &cands[i]
+// clusterView is what the router knows of one cluster for one model while
+// planning: its state, fresh load summary (nil if none or stale), the
+// model's breaker and history, and the operator's override.
+type clusterView struct {
+	st  *clusterState
+	sum *cluster.LoadSummary
+	ms  *modelState
+	ov  Override
+}
+
+// groupLocked puts a candidate in group 0 (headroom), 1 (degraded) or 2
+// (last resort).
+func (r *Router) groupLocked(cand Candidate, v clusterView, model string) int {
+	var ml cluster.ModelLoad
+	var hasModelLoad bool
+	if v.sum != nil {
+		ml, hasModelLoad = v.sum.Models[model]
 	}
-	slices.SortStableFunc(ptrs, func(a, b *Candidate) int {
-		if c := cmp.Compare(a.Group, b.Group); c != 0 {
-			return c
-		}
-		if policy == LatencyFirst {
-			if c := cmp.Compare(a.rank, b.rank); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(a.Utilization+a.ErrorRate, b.Utilization+b.ErrorRate); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(a.Cost, b.Cost); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.Cluster.ID, b.Cluster.ID)
-		}
-		if c := cmp.Compare(a.Cost, b.Cost); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.rank, b.rank); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.Utilization, b.Utilization); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Cluster.ID, b.Cluster.ID)
-	})
+	weight := 1.0
+	if v.ov.Weight != nil {
+		weight = *v.ov.Weight
+	}
+	switch {
+	case weight <= 0, v.st.pollFails >= 2, cand.Utilization >= 1,
+		v.sum != nil && (!hasModelLoad || ml.ReadyPods == 0 || ml.Saturated):
+		return 2
+	case cand.Utilization >= r.opts.SpillThreshold,
+		// Half-open keeps its place so the next request probes it (one at
+		// a time; a failed probe fails over); its error history is what
+		// the probe is about, so it does not demote it.
+		v.ms.breaker.State() != gobreaker.StateHalfOpen && cand.ErrorRate > r.opts.ErrorRateThreshold,
+		v.st.summary != nil && v.sum == nil, // had load, now stale
+		r.opts.LatencyObjective > 0 && v.ms.ttft > r.opts.LatencyObjective.Seconds():
+		return 1
+	}
+	return 0
+}
 
-	// Reason for the pick.
+// byPolicy orders candidates within and across groups (step 3).
+func byPolicy(policy Policy) func(a, b *Candidate) int {
+	if policy == LatencyFirst {
+		return func(a, b *Candidate) int {
+			return cmp.Or(
+				cmp.Compare(a.Group, b.Group),
+				cmp.Compare(a.rank, b.rank),
+				cmp.Compare(a.Utilization+a.ErrorRate, b.Utilization+b.ErrorRate),
+				cmp.Compare(a.Cost, b.Cost),
+				cmp.Compare(a.Cluster.ID, b.Cluster.ID))
+		}
+	}
+	return func(a, b *Candidate) int {
+		return cmp.Or(
+			cmp.Compare(a.Group, b.Group),
+			cmp.Compare(a.Cost, b.Cost),
+			cmp.Compare(a.rank, b.rank),
+			cmp.Compare(a.Utilization, b.Utilization),
+			cmp.Compare(a.Cluster.ID, b.Cluster.ID))
+	}
+}
+
+// pickReason says why ptrs[0], the pick, is first.
+func (r *Router) pickReason(ptrs []*Candidate, policy Policy) string {
 	first := ptrs[0]
 	switch {
 	case first.Group == 2:
-		first.Reason = ReasonLastResort
+		return ReasonLastResort
 	case first.Group == 1:
-		first.Reason = ReasonDegraded
+		return ReasonDegraded
 	case policy == RegionPinned:
-		first.Reason = ReasonPinned
+		return ReasonPinned
 	case policy == LatencyFirst && first.Cluster.Region == r.opts.Region:
-		first.Reason = ReasonLocal
+		return ReasonLocal
 	case policy == LatencyFirst:
-		first.Reason = ReasonRemote
-	default:
-		first.Reason = ReasonCheapest
-		for _, c := range ptrs[1:] {
-			if c.Cost < first.Cost {
-				first.Reason = ReasonSpill
-				break
-			}
+		return ReasonRemote
+	}
+	for _, c := range ptrs[1:] {
+		if c.Cost < first.Cost {
+			return ReasonSpill
 		}
 	}
+	return ReasonCheapest
+}
 
-	// Failover order after the pick: its region first, then the others in
-	// region order; last-resort clusters at the very end.
-	pickRegion := first.Cluster.Region
-	rest := ptrs[1:]
+// failoverOrder sorts the candidates after the pick: the pick's region
+// first, then the others in region order; last-resort clusters at the very
+// end.
+func failoverOrder(pickRegion string, rest []*Candidate) {
 	slices.SortStableFunc(rest, func(a, b *Candidate) int {
 		if la, lb := a.Group == 2, b.Group == 2; la != lb {
 			if lb {
@@ -684,14 +714,6 @@ func (r *Router) Plan(req Request) ([]Candidate, error) {
 		}
 		return cmp.Compare(a.rank, b.rank)
 	})
-	out := make([]Candidate, len(ptrs))
-	for i, c := range ptrs {
-		out[i] = *c
-		if i > 0 {
-			out[i].Reason = ReasonFailover
-		}
-	}
-	return out, nil
 }
 
 // serves: the cluster advertises the model, or (no advertised list) its
@@ -872,6 +894,26 @@ func (r *Router) Models() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// BaseModel returns the base model a LoRA adapter runs on, or "" when
+// model is not a known adapter: from Options.Adapters, else from the
+// fresh load summaries (the first cluster that names a base).
+func (r *Router) BaseModel(model string) string {
+	if b, ok := r.opts.Adapters[model]; ok {
+		return b
+	}
+	clusters := r.src.Clusters()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range clusters {
+		if st := r.states[c.ID]; st != nil {
+			if sum := r.freshLocked(st); sum != nil && sum.Models[model].Base != "" {
+				return sum.Models[model].Base
+			}
+		}
+	}
+	return ""
 }
 
 // BreakerInfo describes one circuit breaker (for the admin API).

@@ -363,3 +363,19 @@ func cpuTime() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BaseModel learns adapters from load summaries; configured ones win.
+func TestBaseModel(t *testing.T) {
+	cs := []discovery.Cluster{cl("a", "east", 1, 10)}
+	r, _ := newTestRouter(t, cs, func(o *Options) { o.Adapters = map[string]string{"cfg-lora": "cfg-base"} })
+	if got := r.BaseModel("m-sql"); got != "" {
+		t.Fatalf("before any summary: %q", got)
+	}
+	r.store(cs[0], &cluster.LoadSummary{Models: map[string]cluster.ModelLoad{
+		"m": {ReadyPods: 1}, "m-sql": {ReadyPods: 1, Base: "m"}}}, nil)
+	for model, want := range map[string]string{"m-sql": "m", "m": "", "cfg-lora": "cfg-base", "unknown": ""} {
+		if got := r.BaseModel(model); got != want {
+			t.Errorf("BaseModel(%q) = %q, want %q", model, got, want)
+		}
+	}
+}

@@ -31,6 +31,30 @@ type Config struct {
 	JWT     *JWTConfig       `yaml:"jwt"`
 	Limits  LimitsConfig     `yaml:"limits"`
 	Admin   AdminConfig      `yaml:"admin"`
+
+	Server  ServerConfig  `yaml:"server"`  // what a client may hold of the API and admin listeners
+	Metrics MetricsConfig `yaml:"metrics"` // the /metrics listener
+}
+
+// ServerConfig bounds what one client may hold of Tier 2: every listener
+// has timeouts, and streams are bounded too. Zero takes the default noted.
+type ServerConfig struct {
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"` // request headers; default 10s
+	// BodyReadTimeout bounds the headers-to-end-of-body of a request on
+	// the API (authenticated or not) and the whole request on the admin
+	// API. Default 30s.
+	BodyReadTimeout    time.Duration `yaml:"body_read_timeout"`
+	IdleTimeout        time.Duration `yaml:"idle_timeout"`         // keep-alive between requests; default 2m
+	StreamWriteTimeout time.Duration `yaml:"stream_write_timeout"` // each write of a stream to the client; default 30s
+	MaxStreamDuration  time.Duration `yaml:"max_stream_duration"`  // a whole stream after its first event; default 30m
+	MaxEventBytes      int           `yaml:"max_event_bytes"`      // one SSE event from Tier 1; default 1 MiB
+}
+
+// MetricsConfig is the Prometheus listener. /metrics names tenants,
+// clusters and token counts, so it is not on the API port; it defaults to
+// loopback, and a deployment exposes it only to its scraper.
+type MetricsConfig struct {
+	Listen string `yaml:"listen"` // default 127.0.0.1:9464; used by the caller that opens the listener
 }
 
 // ConsulConfig says where to discover Tier 1 clusters.
@@ -78,6 +102,10 @@ type RoutingConfig struct {
 	ResponseTimeout    time.Duration `yaml:"response_timeout"`      // default 5m
 	MaxBodyBytes       int64         `yaml:"max_body_bytes"`        // default 8 MiB
 	Breaker            BreakerConfig `yaml:"breaker"`
+	// Adapters maps LoRA adapter names to their base model, for Tier 1
+	// clusters whose load summaries do not name it; a base model's
+	// per-model limits cover its adapters (docs/tier2-limits.md).
+	Adapters map[string]string `yaml:"adapters"`
 }
 
 // BreakerConfig tunes the per-(cluster, model) circuit breakers.
@@ -125,11 +153,35 @@ type AdminConfig struct {
 	TokenEnv string `yaml:"token_env"`
 }
 
+// DefaultMetricsListen is where /metrics is served unless configured.
+const DefaultMetricsListen = "127.0.0.1:9464"
+
 // SetDefaults fills the defaults that belong to the file rather than to
 // the packages it configures (those apply their own).
 func (c *Config) SetDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Metrics.Listen == "" {
+		c.Metrics.Listen = DefaultMetricsListen
+	}
+	sc := &c.Server
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{
+		{&sc.ReadHeaderTimeout, 10 * time.Second},
+		{&sc.BodyReadTimeout, 30 * time.Second},
+		{&sc.IdleTimeout, 2 * time.Minute},
+		{&sc.StreamWriteTimeout, 30 * time.Second},
+		{&sc.MaxStreamDuration, 30 * time.Minute},
+	} {
+		if *d.p <= 0 {
+			*d.p = d.def
+		}
+	}
+	if sc.MaxEventBytes <= 0 {
+		sc.MaxEventBytes = 1 << 20
 	}
 	if c.Consul != nil && c.Consul.Address == "" {
 		c.Consul.Address = "127.0.0.1:8500"

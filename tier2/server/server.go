@@ -3,6 +3,11 @@
 // rate limiter, Consul (or static) discovery, the router, the OpenAI-facing
 // gateway, the admin API and their metrics. `infergate tier2` and the local
 // stack (devstack) both build Tier 2 through it, so there is one wiring.
+//
+// ServeListeners serves the OpenAI API, the admin API and /metrics on three
+// listeners (metrics name tenants, so never on the API port), each with the
+// timeouts of Config.Server: no client holds a connection by stalling its
+// headers, its body or an idle keep-alive.
 package server
 
 import (
@@ -19,6 +24,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/infergate/infergate/tier2/admin"
@@ -55,6 +61,7 @@ type Server struct {
 	router  *route.Router
 	gw      *gateway.Gateway
 	admin   *admin.Server // nil without an admin token
+	reg     *prometheus.Registry
 
 	served    atomic.Bool
 	closeOnce sync.Once
@@ -81,7 +88,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
 	log, reg := opts.Logger, opts.Registry
-	s := &Server{cfg: cfg, log: log, shutdown: opts.ShutdownTimeout}
+	s := &Server{cfg: cfg, log: log, shutdown: opts.ShutdownTimeout, reg: reg}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -120,7 +127,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		return nil, fmt.Errorf("authenticator: %w", err)
 	}
 	s.limiter = ratelimit.New(ratelimit.Options{Redis: s.rdb, KeyPrefix: limiterPrefix, Replicas: cfg.Limits.Replicas,
-		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit")})
+		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit"),
+		// The router, built below, knows adapters from load summaries.
+		BaseModel: func(model string) string { return s.router.BaseModel(model) }})
 	if err := reg.Register(s.limiter.Collector()); err != nil {
 		return nil, fmt.Errorf("ratelimit metrics: %w", err)
 	}
@@ -158,8 +167,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 			ConsecutiveFailures: rc.Breaker.ConsecutiveFailures, FailureRatio: rc.Breaker.FailureRatio, MinRequests: rc.Breaker.MinRequests,
 			Interval: rc.Breaker.Interval, OpenTimeout: rc.Breaker.OpenTimeout, HalfOpenRequests: rc.Breaker.HalfOpenRequests,
 		},
-		Overrides: overridesFrom(s.store),
-		Registry:  reg, Logger: log,
+		Overrides: overridesFrom(s.store), Adapters: rc.Adapters,
+		Registry: reg, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -168,7 +177,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		Router: s.router, Auth: auth, Limiter: gateway.RateLimiter(s.limiter), Tier1Token: tier1Token,
 		MaxAttempts: rc.MaxAttempts, FailoverBudget: rc.FailoverBudget, FirstByteTimeout: rc.FirstByteTimeout,
 		ResponseTimeout: rc.ResponseTimeout, MaxBodyBytes: rc.MaxBodyBytes,
-		Registry: reg, Gatherer: reg, Logger: log,
+		BodyReadTimeout: cfg.Server.BodyReadTimeout, StreamWriteTimeout: cfg.Server.StreamWriteTimeout,
+		MaxStreamDuration: cfg.Server.MaxStreamDuration, MaxEventBytes: cfg.Server.MaxEventBytes,
+		Registry: reg, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -195,31 +206,44 @@ func (s *Server) Limiter() *ratelimit.Limiter { return s.limiter }
 // themselves; it routes only while Serve runs discovery and load polling.
 func (s *Server) Handler() http.Handler { return s.gw }
 
-// Serve runs Tier 2 until ctx ends or a part of it fails: discovery, load
-// polling, the admin API on adminLn (nil: none; it needs an admin token)
-// and the OpenAI API on ln. When ctx ends, in-flight requests get
-// Options.ShutdownTimeout to finish; then Serve returns nil. It closes
-// both listeners, and may be called once.
-func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
-	closeAll := func() {
-		_ = ln.Close()
-		if adminLn != nil {
-			_ = adminLn.Close()
+// Listeners are what Tier 2 serves on. API is required; Admin needs an
+// admin token; Metrics serves /metrics alone (nil: not served).
+type Listeners struct {
+	API, Admin, Metrics net.Listener
+}
+
+func (ls Listeners) close() {
+	for _, l := range []net.Listener{ls.API, ls.Admin, ls.Metrics} {
+		if l != nil {
+			_ = l.Close()
 		}
 	}
+}
+
+// Serve is ServeListeners without a metrics listener.
+func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
+	return s.ServeListeners(ctx, Listeners{API: ln, Admin: adminLn})
+}
+
+// ServeListeners runs Tier 2 until ctx ends or a part of it fails:
+// discovery, load polling, the OpenAI API, the admin API and /metrics on
+// their listeners. Every listener has the timeouts of Config.Server. When
+// ctx ends, in-flight requests get Options.ShutdownTimeout to finish; then
+// it returns nil. It closes the listeners, and may be called once.
+func (s *Server) ServeListeners(ctx context.Context, ls Listeners) error {
 	if !s.served.CompareAndSwap(false, true) {
-		closeAll()
+		ls.close()
 		return errors.New("tier2: Serve called twice")
 	}
-	if adminLn != nil && s.admin == nil {
-		closeAll()
+	if ls.Admin != nil && s.admin == nil {
+		ls.close()
 		return errors.New("tier2: admin listener given but no admin token configured")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	goRun := func(name string, f func() error) {
 		wg.Add(1)
 		go func() {
@@ -231,24 +255,37 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	goRun("discovery", func() error { return s.disc.Run(ctx) })
 	goRun("route", func() error { return s.router.Run(ctx) })
-	if adminLn != nil {
-		goRun("admin", func() error { return s.admin.Serve(ctx, adminLn) })
-		s.log.Info("tier2 admin API listening", "addr", adminLn.Addr().String())
+	var servers []*http.Server
+	serveHTTP := func(name string, srv *http.Server, ln net.Listener) {
+		servers = append(servers, srv)
+		goRun(name, func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		s.log.Info("tier2 "+name+" listening", "addr", ln.Addr().String())
 	}
-	// No write timeout: streams last as long as generation does.
-	srv := &http.Server{Handler: s.gw, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	goRun("http", func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
+	sc := s.cfg.Server
+	// No write timeout on the API: streams last as long as generation
+	// does; the gateway bounds each write and each stream instead, and
+	// each request body (BodyReadTimeout).
+	serveHTTP("api", &http.Server{Handler: s.gw, ReadHeaderTimeout: sc.ReadHeaderTimeout, IdleTimeout: sc.IdleTimeout,
+		MaxHeaderBytes: 64 << 10}, ls.API)
+	if ls.Admin != nil {
+		serveHTTP("admin", s.plainServer(s.admin.Handler()), ls.Admin)
+	}
+	if ls.Metrics != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+		serveHTTP("metrics", s.plainServer(mux), ls.Metrics)
+	}
 	if s.cfg.Consul != nil {
 		s.log.Info("discovering tier1 clusters through consul", "address", s.cfg.Consul.Address, "service", s.cfg.Consul.Service, "seeds", len(s.cfg.Clusters))
 	} else {
 		s.log.Info("no consul configured: using the static cluster list", "clusters", len(s.cfg.Clusters))
 	}
-	s.log.Info("tier2 listening", "addr", ln.Addr().String(), "region", s.cfg.Region, "consul", s.cfg.Consul != nil,
+	s.log.Info("tier2 serving", "region", s.cfg.Region, "consul", s.cfg.Consul != nil,
 		"redis", s.cfg.Redis != nil, "static_clusters", len(s.cfg.Clusters), "tenants", len(s.cfg.Tenants))
 
 	var runErr error
@@ -259,12 +296,22 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	cancel()
 	sctx, scancel := context.WithTimeout(context.Background(), s.shutdown)
 	defer scancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
 	}
 	wg.Wait()
-	closeAll() // a part that failed early may have left one open
+	ls.close() // a part that failed early may have left one open
 	return runErr
+}
+
+// plainServer serves a handler that neither streams nor takes large
+// bodies (admin API, metrics): whole requests and answers are bounded.
+func (s *Server) plainServer(h http.Handler) *http.Server {
+	sc := s.cfg.Server
+	return &http.Server{Handler: h, ReadHeaderTimeout: sc.ReadHeaderTimeout, ReadTimeout: sc.BodyReadTimeout,
+		WriteTimeout: sc.BodyReadTimeout + time.Minute, IdleTimeout: sc.IdleTimeout, MaxHeaderBytes: 64 << 10}
 }
 
 // Close releases what New opened: the limiter (returning its leases and

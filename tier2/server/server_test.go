@@ -53,9 +53,9 @@ func startTier1(t *testing.T) *tier1Stub {
 // running is a Server being served on loopback listeners.
 type running struct {
 	*Server
-	base, admin string
-	cancel      context.CancelFunc
-	done        chan error
+	base, admin, metrics string
+	cancel               context.CancelFunc
+	done                 chan error
 }
 
 // serve builds a Server from cfg, serves it on free loopback ports and
@@ -76,12 +76,17 @@ func serve(t *testing.T, cfg Config) *running {
 			t.Fatal(err)
 		}
 	}
+	metricsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{Server: srv, base: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	r := &running{Server: srv, base: "http://" + ln.Addr().String(), metrics: "http://" + metricsLn.Addr().String(),
+		cancel: cancel, done: make(chan error, 1)}
 	if adminLn != nil {
 		r.admin = "http://" + adminLn.Addr().String()
 	}
-	go func() { r.done <- srv.Serve(ctx, ln, adminLn) }()
+	go func() { r.done <- srv.ServeListeners(ctx, Listeners{API: ln, Admin: adminLn, Metrics: metricsLn}) }()
 	t.Cleanup(func() {
 		r.stop(t)
 		if err := srv.Close(); err != nil {
@@ -187,7 +192,16 @@ func TestServe(t *testing.T) {
 	if code, _ := r.adminGet(t, "/admin/v1/breakers", "wrong"); code != http.StatusUnauthorized {
 		t.Errorf("admin with a wrong token: %d", code)
 	}
+	// /metrics names tenants: only on its own listener.
 	resp, err := http.Get(r.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/metrics on the API port: %d, want 404", resp.StatusCode)
+	}
+	resp, err = http.Get(r.metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,10 +46,12 @@ locals {
       command                = ["tier2", "--config", local.config_path]
       user                   = "65532:65532"
       readonlyRootFilesystem = true
-      portMappings = [
+      portMappings = concat([
         { name = "http", containerPort = var.container_port, protocol = "tcp" },
         { name = "admin", containerPort = var.admin_port, protocol = "tcp" },
-      ]
+        ], length(var.metrics_scrape_cidrs) > 0 ? [
+        { name = "metrics", containerPort = var.metrics_port, protocol = "tcp" },
+      ] : [])
       environment = local.environment
       secrets     = local.secrets
       mountPoints = [

@@ -50,6 +50,9 @@ locals {
       listen    = ":${var.admin_port}"
       token_env = "INFERGATE_ADMIN_TOKEN"
     }
+    metrics = {
+      listen = length(var.metrics_scrape_cidrs) > 0 ? ":${var.metrics_port}" : "127.0.0.1:${var.metrics_port}"
+    }
   }
   config_yaml = yamlencode(merge(local.base_config, var.tier2_config))
 

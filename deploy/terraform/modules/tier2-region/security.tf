@@ -68,6 +68,16 @@ resource "aws_vpc_security_group_ingress_rule" "tasks_admin" {
   to_port                      = var.admin_port
 }
 
+resource "aws_vpc_security_group_ingress_rule" "tasks_metrics" {
+  for_each          = toset(var.metrics_scrape_cidrs)
+  security_group_id = aws_security_group.tasks.id
+  description       = "Prometheus scrapes of /metrics"
+  cidr_ipv4         = each.value
+  ip_protocol       = "tcp"
+  from_port         = var.metrics_port
+  to_port           = var.metrics_port
+}
+
 # Tier 1 routers, Consul, Secrets Manager, ECR and CloudWatch live outside
 # this module: the tasks may connect out anywhere.
 resource "aws_vpc_security_group_egress_rule" "tasks_all" {

@@ -124,7 +124,7 @@ variable "ssl_policy" {
 }
 
 variable "container_port" {
-  description = "Port of the OpenAI API listener (and /health, /ready, /metrics) in the container."
+  description = "Port of the OpenAI API listener (and /health, /ready) in the container."
   type        = number
   default     = 8080
 }
@@ -133,6 +133,18 @@ variable "admin_port" {
   description = "Port of the admin API listener in the container."
   type        = number
   default     = 8081
+}
+
+variable "metrics_port" {
+  description = "Port of the /metrics listener (tenant IDs, token and 429 counts; never on the API port)."
+  type        = number
+  default     = 9464
+}
+
+variable "metrics_scrape_cidrs" {
+  description = "CIDRs allowed to scrape /metrics on metrics_port. Empty: /metrics listens on the task's loopback only, for a collector sidecar in the same task."
+  type        = list(string)
+  default     = []
 }
 
 variable "create_ecs_cluster" {
