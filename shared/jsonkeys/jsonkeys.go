@@ -126,7 +126,7 @@ func Valid(data []byte) bool {
 // Set is a fixed list of member names a reader takes from an object. Its
 // zero value guards nothing.
 type Set struct {
-	names []string
+	names          []string
 	minLen, maxLen int
 }
 
