@@ -14,9 +14,9 @@ func TestRequestFieldsOrder(t *testing.T) {
 
 func TestParseRequest(t *testing.T) {
 	tests := []struct {
-		name, body string
+		name, body  string
 		code, param string // want error
-		check      func(*Request) bool
+		check       func(*Request) bool
 	}{
 		{name: "full", body: `{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"max_completion_tokens":6,"n":2,"messages":[{"role":"user","content":"hi"}],"cache_salt":"s"}`,
 			check: func(r *Request) bool {

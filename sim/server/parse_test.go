@@ -96,9 +96,9 @@ func TestRequestKeysExact(t *testing.T) {
 		return res.Usage.CompletionTokens
 	}
 	for body, want := range map[string]int{
-		`{"model":"m","prompt":"hi","max_tokens":5,"Max_tokens":50}`: 5,
-		`{"model":"m","prompt":"hi","Max_tokens":50,"max_tokens":5}`: 5,
-		`{"model":"m","prompt":"hi","max_tokens":50,"max_tokens":5}`: 5, // last wins
+		`{"model":"m","prompt":"hi","max_tokens":5,"Max_tokens":50}`:  5,
+		`{"model":"m","prompt":"hi","Max_tokens":50,"max_tokens":5}`:  5,
+		`{"model":"m","prompt":"hi","max_tokens":50,"max_tokens":5}`:  5, // last wins
 		`{"model":"m","prompt":"hi","max_tokens":5,"MAX_TOKENS":"x"}`: 5, // an ignored extra is not validated
 	} {
 		if got := completion(body); got != want {
