@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/infergate/infergate/shared/jsonkeys"
@@ -179,26 +180,29 @@ func parseRequest(data []byte, chat bool) (*commonRequest, *apiError) {
 	return &req, nil
 }
 
-// decodeJSON reads exactly one JSON value from a size-limited body.
+// decodeJSON reads one JSON object from a size-limited body into the
+// struct *v with exact keys (see members): only members named exactly
+// like a field's json tag are decoded.
 func decodeJSON(w http.ResponseWriter, r *http.Request, maxBody int64, v any) *apiError {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	err := dec.Decode(v)
-	if err == nil {
-		// Trailing data after the value is malformed JSON too; reading it
-		// also applies the size limit to the rest of the body.
-		var extra json.RawMessage
-		if err = dec.Decode(&extra); err == nil {
-			err = errors.New("unexpected data after the top-level value")
-		} else if errors.Is(err, io.EOF) {
-			return nil
+	data, aerr := readBody(w, r, maxBody)
+	if aerr != nil {
+		return aerr
+	}
+	rv := reflect.ValueOf(v).Elem()
+	names := make([]string, rv.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(rv.Type().Field(i).Tag.Get("json"), ",")
+	}
+	vals, err := members(data, names...)
+	if err != nil {
+		return badRequest("invalid_json", "could not parse the JSON body: %v", err)
+	}
+	for i, raw := range vals {
+		if aerr := decodeField(names[i], raw, rv.Field(i).Addr().Interface()); aerr != nil {
+			return aerr
 		}
 	}
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
-			msg: fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody)}
-	}
-	return badRequest("invalid_json", "could not parse the JSON body: %v", err)
+	return nil
 }
 
 func isNullOrAbsent(raw json.RawMessage) bool {

@@ -216,3 +216,16 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestLoRARequestKeysExact(t *testing.T) {
+	p := startPod(t, Config{ServedModelName: "m"})
+	// lora_name is read exactly: "Lora_name" is an ignored extra.
+	status, body := postJSON(t, p.URL+"/v1/load_lora_adapter", `{"lora_name":"sql","Lora_name":"m","lora_path":"/a/sql"}`)
+	if status != http.StatusOK || !strings.Contains(string(body), "'sql'") {
+		t.Fatalf("load: %d %s", status, body)
+	}
+	status, body = postJSON(t, p.URL+"/v1/unload_lora_adapter", `{"LORA_NAME":"sql"}`)
+	if status != http.StatusBadRequest {
+		t.Fatalf("unload with only LORA_NAME: %d %s, want 400", status, body)
+	}
+}
