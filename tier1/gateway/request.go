@@ -81,9 +81,6 @@ var (
 // within openai.MaxTokensLimit and openai.MaxN. Errors are
 // *openai.RequestError; see requestErrorCode.
 func parseBody(ep endpoint, data []byte) (*inferenceBody, error) {
-	if len(data) == 0 {
-		return nil, &openai.RequestError{Code: "invalid_json", Message: "request body is empty; expected a JSON object"}
-	}
 	r, err := openai.ParseRequest(data)
 	if err != nil {
 		return nil, err
@@ -123,7 +120,7 @@ func (b *inferenceBody) promptBytes(ep endpoint) []byte {
 // maxTokens is the most completion tokens the request may generate over
 // its n choices (0 if it names no limit); max_completion_tokens wins over
 // max_tokens as in vLLM. Saturating, though parseBody's bounds already
-// keep it below 2^31.
+// keep it at most 2^31.
 func (b *inferenceBody) maxTokens() int {
 	per := 0
 	switch {
