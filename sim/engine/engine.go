@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -225,9 +226,15 @@ func (e *Engine) Submit(now time.Duration, r *Request) error {
 	if maxTok == 0 {
 		maxTok = e.maxLen - r.PromptTokens
 	}
-	if maxTok < 1 || r.PromptTokens+maxTok > e.maxLen {
+	// maxTok ≤ maxLen − prompt, not prompt + maxTok ≤ maxLen: the sum can
+	// overflow and pass, and generation would then never stop.
+	if maxTok < 1 || r.PromptTokens > e.maxLen || maxTok > e.maxLen-r.PromptTokens {
+		total := r.PromptTokens + max(maxTok, 0)
+		if maxTok > math.MaxInt-r.PromptTokens {
+			total = math.MaxInt
+		}
 		return fmt.Errorf("%w: maximum context length is %d tokens, requested %d (%d prompt + %d completion)",
-			ErrContextLength, e.maxLen, r.PromptTokens+max(maxTok, 0), r.PromptTokens, max(maxTok, 0))
+			ErrContextLength, e.maxLen, total, r.PromptTokens, max(maxTok, 0))
 	}
 	if blocksFor(r.PromptTokens+maxTok) > e.kv.n {
 		return fmt.Errorf("%w: %d tokens need more than the %d blocks of %d tokens", ErrKVCapacity, r.PromptTokens+maxTok, e.kv.n, BlockSize)

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -175,6 +176,11 @@ func TestSubmitErrors(t *testing.T) {
 		{"empty prompt", &Request{ID: 1}, ErrInvalidRequest},
 		{"too long", &Request{ID: 2, PromptTokens: 4000, MaxTokens: 200}, ErrContextLength},
 		{"prompt fills context", &Request{ID: 3, PromptTokens: 4096}, ErrContextLength},
+		// prompt + max_tokens wraps negative: must not pass the check.
+		{"max tokens overflows", &Request{ID: 7, PromptTokens: 10, MaxTokens: math.MaxInt}, ErrContextLength},
+		{"max tokens overflows by one", &Request{ID: 8, PromptTokens: 1, MaxTokens: math.MaxInt}, ErrContextLength},
+		{"max tokens 2^62", &Request{ID: 9, PromptTokens: 10, MaxTokens: 1 << 62}, ErrContextLength},
+		{"prompt beyond context", &Request{ID: 10, PromptTokens: math.MaxInt, MaxTokens: 1}, ErrContextLength},
 		{"unknown adapter", &Request{ID: 4, PromptTokens: 10, MaxTokens: 5, Adapter: "nope"}, ErrUnknownAdapter},
 		{"ok adapter", &Request{ID: 5, PromptTokens: 10, MaxTokens: 5, Adapter: "sql"}, nil},
 		{"duplicate", &Request{ID: 5, PromptTokens: 10, MaxTokens: 5}, ErrInvalidRequest},

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
+	"github.com/infergate/infergate/shared/jsonkeys"
 	"github.com/infergate/infergate/sim/tokenize"
 )
 
@@ -25,35 +27,132 @@ func badRequest(code, format string, args ...any) *apiError {
 }
 
 type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
+	IncludeUsage bool
 }
 
 // chatMessage keeps content raw: it may be a string, an array of content
 // parts or null.
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name,omitempty"`
+	Role    string
+	Content json.RawMessage
 }
 
-// commonRequest holds the fields both completion endpoints share.
+// decodeMessages decodes a messages array with exact keys.
+func decodeMessages(raw []byte) ([]chatMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, err
+	}
+	msgs := make([]chatMessage, len(items))
+	for i, it := range items {
+		v, err := members(it, "role", "content")
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		if aerr := decodeField("role", v[0], &msgs[i].Role); aerr != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, aerr)
+		}
+		msgs[i].Content = v[1]
+	}
+	return msgs, nil
+}
+
+// commonRequest holds the fields both completion endpoints share; see
+// parseRequest.
 type commonRequest struct {
-	Model               string          `json:"model"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	N                   *int            `json:"n"`
-	Messages            json.RawMessage `json:"messages"`
-	Prompt              json.RawMessage `json:"prompt"`
+	Model               string
+	Stream              bool
+	StreamOptions       *streamOptions
+	MaxTokens           *int
+	MaxCompletionTokens *int
+	N                   *int
+	Messages            json.RawMessage
+	Prompt              json.RawMessage
 }
 
-// decodeRequest parses and validates a completion request body. It does
+// decodeRequest reads and validates a completion request body. It does
 // not resolve the model; that needs server state.
 func decodeRequest(w http.ResponseWriter, r *http.Request, chat bool, maxBody int64) (*commonRequest, *apiError) {
+	data, aerr := readBody(w, r, maxBody)
+	if aerr != nil {
+		return nil, aerr
+	}
+	return parseRequest(data, chat)
+}
+
+// readBody reads a size-limited request body.
+func readBody(w http.ResponseWriter, r *http.Request, maxBody int64) ([]byte, *apiError) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
+			msg: fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody)}
+	case err != nil:
+		return nil, badRequest("invalid_json", "could not read the body: %v", err)
+	}
+	return data, nil
+}
+
+// members returns the raw values of the named members of the JSON object
+// data, matched the way vLLM's Python json.loads and pydantic match them:
+// keys are exact (a "Max_tokens" is an unknown extra field, ignored, not
+// max_tokens) and of duplicate keys the last wins. nil means absent.
+func members(data []byte, names ...string) ([][]byte, error) {
+	vals := make([][]byte, len(names))
+	err := jsonkeys.Members(data, func(name, value []byte) error {
+		for i, n := range names {
+			if string(name) == n {
+				vals[i] = value
+			}
+		}
+		return nil
+	})
+	return vals, err
+}
+
+// decodeField decodes one member's raw value into v; absent and null
+// leave v alone.
+func decodeField(name string, raw []byte, v any) *apiError {
+	if isNullOrAbsent(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return badRequest("invalid_value", "'%s': %v", name, err)
+	}
+	return nil
+}
+
+// parseRequest parses and validates a completion request body with
+// exact-key matching (see members): like vLLM, the simulator ignores
+// case-variant keys rather than refusing them, so it reads a body exactly
+// as the engines infergate routes to do.
+func parseRequest(data []byte, chat bool) (*commonRequest, *apiError) {
+	v, err := members(data, "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "messages", "prompt")
+	if err != nil {
+		return nil, badRequest("invalid_json", "could not parse the JSON body: %v", err)
+	}
 	var req commonRequest
-	if err := decodeJSON(w, r, maxBody, &req); err != nil {
-		return nil, err
+	req.Messages, req.Prompt = v[6], v[7]
+	for _, f := range []struct {
+		name string
+		raw  []byte
+		dst  any
+	}{{"model", v[0], &req.Model}, {"stream", v[1], &req.Stream}, {"max_tokens", v[3], &req.MaxTokens},
+		{"max_completion_tokens", v[4], &req.MaxCompletionTokens}, {"n", v[5], &req.N}} {
+		if aerr := decodeField(f.name, f.raw, f.dst); aerr != nil {
+			return nil, aerr
+		}
+	}
+	if !isNullOrAbsent(v[2]) {
+		so, err := members(v[2], "include_usage")
+		if err != nil {
+			return nil, badRequest("invalid_value", "'stream_options' must be an object")
+		}
+		req.StreamOptions = &streamOptions{}
+		if aerr := decodeField("stream_options.include_usage", so[0], &req.StreamOptions.IncludeUsage); aerr != nil {
+			return nil, aerr
+		}
 	}
 	if req.Model == "" {
 		return nil, badRequest("missing_model", "you must provide a model parameter")
@@ -81,26 +180,29 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, chat bool, maxBody in
 	return &req, nil
 }
 
-// decodeJSON reads exactly one JSON value from a size-limited body.
+// decodeJSON reads one JSON object from a size-limited body into the
+// struct *v with exact keys (see members): only members named exactly
+// like a field's json tag are decoded.
 func decodeJSON(w http.ResponseWriter, r *http.Request, maxBody int64, v any) *apiError {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	err := dec.Decode(v)
-	if err == nil {
-		// Trailing data after the value is malformed JSON too; reading it
-		// also applies the size limit to the rest of the body.
-		var extra json.RawMessage
-		if err = dec.Decode(&extra); err == nil {
-			err = errors.New("unexpected data after the top-level value")
-		} else if errors.Is(err, io.EOF) {
-			return nil
+	data, aerr := readBody(w, r, maxBody)
+	if aerr != nil {
+		return aerr
+	}
+	rv := reflect.ValueOf(v).Elem()
+	names := make([]string, rv.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(rv.Type().Field(i).Tag.Get("json"), ",")
+	}
+	vals, err := members(data, names...)
+	if err != nil {
+		return badRequest("invalid_json", "could not parse the JSON body: %v", err)
+	}
+	for i, raw := range vals {
+		if aerr := decodeField(names[i], raw, rv.Field(i).Addr().Interface()); aerr != nil {
+			return aerr
 		}
 	}
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
-			msg: fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody)}
-	}
-	return badRequest("invalid_json", "could not parse the JSON body: %v", err)
+	return nil
 }
 
 func isNullOrAbsent(raw json.RawMessage) bool {
@@ -111,8 +213,8 @@ func isNullOrAbsent(raw json.RawMessage) bool {
 // promptTokens tokenizes the prompt or messages of a validated request.
 func (req *commonRequest) promptTokens(chat bool) ([]uint32, *apiError) {
 	if chat {
-		var msgs []chatMessage
-		if err := json.Unmarshal(req.Messages, &msgs); err != nil {
+		msgs, err := decodeMessages(req.Messages)
+		if err != nil {
 			return nil, badRequest("invalid_value", "'messages' must be an array of message objects: %v", err)
 		}
 		if len(msgs) == 0 {
@@ -147,17 +249,22 @@ func messageText(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &s); err == nil {
 		return s, nil
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
+	var parts []json.RawMessage
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return "", errors.New("must be a string or an array of content parts")
 	}
 	var b strings.Builder
 	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
+		v, err := members(p, "type", "text")
+		if err != nil {
+			return "", errors.New("must be a string or an array of content parts")
+		}
+		var typ, text string
+		if decodeField("type", v[0], &typ) != nil || decodeField("text", v[1], &text) != nil {
+			return "", errors.New("content parts need string type and text")
+		}
+		if typ == "text" {
+			b.WriteString(text)
 		}
 	}
 	return b.String(), nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -94,10 +95,16 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		maxTokens, outputTokens = *req.MaxTokens, 0
 	}
 	// Check the context length here too, for a message naming the numbers.
-	if want := len(toks) + max(maxTokens, 1); want > s.maxLen {
+	// Compared as a difference: prompt + max_tokens can overflow an int
+	// (the request would then pass the check and generate forever).
+	if len(toks) >= s.maxLen || max(maxTokens, 1) > s.maxLen-len(toks) {
+		total := len(toks) + maxTokens
+		if maxTokens > math.MaxInt-len(toks) {
+			total = math.MaxInt
+		}
 		openai.Errorf(w, http.StatusBadRequest, "context_length_exceeded", fmt.Sprintf(
 			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			s.maxLen, len(toks)+maxTokens, len(toks), maxTokens))
+			s.maxLen, total, len(toks), maxTokens))
 		return
 	}
 	if maxTokens == 0 {

@@ -375,9 +375,9 @@ func TestRefusals(t *testing.T) {
 		code             string
 	}{
 		{"unknown model", "/v1/chat/completions", chatBody("gpt-9", "hi", false), nil, 404, "model_not_found"},
-		{"malformed JSON", "/v1/chat/completions", `{"model": "llama-3.1-8b", "messages": [`, nil, 400, "invalid_request"},
-		{"missing messages", "/v1/chat/completions", `{"model": "llama-3.1-8b"}`, nil, 400, "invalid_request"},
-		{"missing prompt", "/v1/completions", `{"model": "llama-3.1-8b", "messages": []}`, nil, 400, "invalid_request"},
+		{"malformed JSON", "/v1/chat/completions", `{"model": "llama-3.1-8b", "messages": [`, nil, 400, "invalid_json"},
+		{"missing messages", "/v1/chat/completions", `{"model": "llama-3.1-8b"}`, nil, 400, "missing_messages"},
+		{"missing prompt", "/v1/completions", `{"model": "llama-3.1-8b", "messages": []}`, nil, 400, "missing_prompt"},
 		{"no token", "/v1/chat/completions", chatBody("llama-3.1-8b", "hi", false), []string{"authorization", ""}, 401, "invalid_api_key"},
 		{"wrong token", "/v1/chat/completions", chatBody("llama-3.1-8b", "hi", false), []string{"authorization", "Bearer nope"}, 401, "invalid_api_key"},
 		{"not an inference path", "/v1/other", chatBody("llama-3.1-8b", "hi", false), nil, 404, "not_found"},
@@ -399,7 +399,7 @@ func TestRefusals(t *testing.T) {
 	t.Run("no body", func(t *testing.T) {
 		es := te.open(t)
 		es.send(requestHeaders("/v1/chat/completions", true))
-		immediate(t, es.recv(), 400, "invalid_request")
+		immediate(t, es.recv(), 400, "invalid_json")
 	})
 	if n := te.debugPods(t)["a"].InFlight; n != 0 {
 		t.Errorf("refused requests left %d in flight", n)

@@ -3,13 +3,15 @@ package gateway
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/infergate/infergate/shared/openai"
 )
 
 // Internal headers: set by infergate (or a GIE-style gateway) between its
@@ -54,31 +56,11 @@ func classifyReadErr(err error) error {
 	return fmt.Errorf("read request body: %w", err)
 }
 
-// span is a JSON value kept as the raw bytes of the request body it came
-// from. encoding/json hands UnmarshalJSON a subslice of its input, so
-// keeping it costs no copy; the body outlives the request's handling.
-type span []byte
-
-func (s *span) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*s = nil
-		return nil
-	}
-	*s = b
-	return nil
-}
-
 // inferenceBody holds the only request fields the router reads; the rest of
-// the body is forwarded untouched.
+// the body is forwarded untouched. The prompt-carrying fields alias the
+// body: the prefix hasher reads them without a copy.
 type inferenceBody struct {
-	Model               string `json:"model"`
-	Stream              bool   `json:"stream"`
-	MaxTokens           *int   `json:"max_tokens"`
-	MaxCompletionTokens *int   `json:"max_completion_tokens"`
-	Messages            span   `json:"messages"`
-	Prompt              span   `json:"prompt"`
-	Input               span   `json:"input"`
-	CacheSalt           string `json:"cache_salt"`
+	openai.Request
 }
 
 // endpoint kinds and the field each requires.
@@ -93,31 +75,33 @@ var (
 	epEmbeddings  = endpoint{"/v1/embeddings", "input"}
 )
 
-// parseBody decodes the routing fields of an OpenAI request body.
+// parseBody decodes the routing fields of an OpenAI request body with
+// openai.ParseRequest: exact keys, one spelling of each field the router
+// reads (a body the engine would read differently is refused), counts
+// within openai.MaxTokensLimit and openai.MaxN. Errors are
+// *openai.RequestError; see requestErrorCode.
 func parseBody(ep endpoint, data []byte) (*inferenceBody, error) {
-	var b inferenceBody
-	if len(data) == 0 {
-		return nil, errors.New("request body is empty; expected a JSON object")
+	r, err := openai.ParseRequest(data)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(data, &b); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, fmt.Errorf("field %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
-		}
-		return nil, fmt.Errorf("request body is not valid JSON: %v", err)
-	}
+	b := &inferenceBody{Request: *r}
 	if b.Model == "" {
-		return nil, errors.New(`field "model" is required`)
+		return nil, &openai.RequestError{Code: "missing_model", Param: "model", Message: `field "model" is required`}
 	}
 	if len(b.promptBytes(ep)) == 0 {
-		return nil, fmt.Errorf("field %q is required", ep.field)
+		return nil, &openai.RequestError{Code: "missing_" + ep.field, Param: ep.field, Message: fmt.Sprintf("field %q is required", ep.field)}
 	}
-	for name, v := range map[string]*int{"max_tokens": b.MaxTokens, "max_completion_tokens": b.MaxCompletionTokens} {
-		if v != nil && *v < 0 {
-			return nil, fmt.Errorf("field %q must not be negative", name)
-		}
+	return b, nil
+}
+
+// requestErrorCode is the OpenAI error code for a parseBody error.
+func requestErrorCode(err error) string {
+	var re *openai.RequestError
+	if errors.As(err, &re) && re.Code != "" {
+		return re.Code
 	}
-	return &b, nil
+	return "invalid_request"
 }
 
 // promptBytes is the text the prefix hash and token estimate cover: the
@@ -133,14 +117,34 @@ func (b *inferenceBody) promptBytes(ep endpoint) []byte {
 	}
 }
 
+// maxTokens is the most completion tokens the request may generate over
+// its n choices (0 if it names no limit); max_completion_tokens wins over
+// max_tokens as in vLLM. Saturating, though parseBody's bounds already
+// keep it at most 2^31.
 func (b *inferenceBody) maxTokens() int {
+	per := 0
 	switch {
 	case b.MaxCompletionTokens != nil:
-		return *b.MaxCompletionTokens
+		per = *b.MaxCompletionTokens
 	case b.MaxTokens != nil:
-		return *b.MaxTokens
+		per = *b.MaxTokens
 	}
-	return 0
+	n := 1
+	if b.N != nil {
+		n = *b.N
+	}
+	return satMul(per, n)
+}
+
+// satMul multiplies non-negative ints, saturating at math.MaxInt.
+func satMul(a, b int) int {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt/b {
+		return math.MaxInt
+	}
+	return a * b
 }
 
 // hopHeaders are hop-by-hop headers (RFC 9110 §7.6.1), never forwarded.

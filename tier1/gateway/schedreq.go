@@ -27,7 +27,7 @@ func (g *Gateway) schedRequest(st *state, ep endpoint, data []byte, id, prioHdr,
 	cfg := st.cfg
 	body, err := parseBody(ep, data)
 	if err != nil {
-		return nil, nil, route{}, &refusal{status: http.StatusBadRequest, code: "invalid_request", reason: err.Error()}
+		return nil, nil, route{}, &refusal{status: http.StatusBadRequest, code: requestErrorCode(err), reason: err.Error()}
 	}
 	rt, ok := g.resolve(st, body.Model)
 	if !ok {

@@ -20,7 +20,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -328,18 +327,6 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(list)
 }
 
-// request is what the gateway reads from an inference request body.
-type request struct {
-	Model         string `json:"model"`
-	Stream        bool   `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	MaxTokens           *int `json:"max_tokens"`
-	MaxCompletionTokens *int `json:"max_completion_tokens"`
-	N                   *int `json:"n"`
-}
-
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
@@ -409,17 +396,8 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	// Read in full: lift the deadline, which would otherwise end a long
 	// stream (the server's background read of the connection would fail).
 	_ = rc.SetReadDeadline(time.Time{})
-	var req request
-	if err := json.Unmarshal(body, &req); err != nil {
-		openai.Errorf(w, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: "+err.Error())
-		return
-	}
-	if req.Model == "" {
-		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "missing_model", "you must provide a model parameter")
-		return
-	}
-	if req.Stream && endpoint == "embeddings" {
-		openai.Errorf(w, http.StatusBadRequest, "invalid_stream", "embeddings cannot be streamed")
+	req, ok := decodeRequest(w, body, endpoint)
+	if !ok {
 		return
 	}
 	plan, ok := g.plan(w, t, req.Model)
@@ -558,48 +536,6 @@ func (g *Gateway) account(t *tenant.Tenant, served *discovery.Cluster, u *usage,
 		}
 	}
 	return u.total()
-}
-
-// estimateTokens guesses a request's tokens before it runs: about four
-// bytes of JSON per prompt token, plus the completion it may generate.
-func estimateTokens(body []byte, req request, defMax int, endpoint string) int {
-	est := len(body)/4 + 1
-	if endpoint == "embeddings" {
-		return est
-	}
-	out := defMax
-	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
-		out = *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		out = *req.MaxTokens
-	}
-	n := 1
-	if req.N != nil && *req.N > 1 {
-		n = *req.N
-	}
-	return est + out*n
-}
-
-// withIncludeUsage sets stream_options.include_usage, keeping any other
-// stream options the client sent.
-func withIncludeUsage(body []byte) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, err
-	}
-	so := map[string]json.RawMessage{}
-	if raw, ok := m["stream_options"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		if err := json.Unmarshal(raw, &so); err != nil {
-			return nil, err
-		}
-	}
-	so["include_usage"] = json.RawMessage("true")
-	raw, err := json.Marshal(so)
-	if err != nil {
-		return nil, err
-	}
-	m["stream_options"] = raw
-	return json.Marshal(m)
 }
 
 func newID() string {

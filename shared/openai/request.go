@@ -1,0 +1,214 @@
+package openai
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/infergate/infergate/shared/jsonkeys"
+)
+
+// Bounds on the counts a request may carry. Engines cap them lower still
+// (by the model's context length); these bounds only keep every estimate
+// far from integer overflow, so a huge max_tokens cannot wrap to a small
+// or negative token count.
+const (
+	MaxTokensLimit = 1 << 24 // max_tokens, max_completion_tokens: 0..MaxTokensLimit
+	MaxN           = 128     // n: 1..MaxN
+)
+
+// Request is what the routers read from an inference request body. The
+// body itself is forwarded unchanged, so it must mean the same to the
+// routers as to the engine: ParseRequest reads keys exactly and refuses
+// bodies that spell a field it reads twice or in another case.
+type Request struct {
+	Model               string
+	Stream              bool
+	StreamOptions       *StreamOptions // nil when absent or null
+	MaxTokens           *int           // nil when absent or null
+	MaxCompletionTokens *int
+	N                   *int
+	// Raw JSON of the prompt-carrying fields, aliasing the body; nil when
+	// absent or null.
+	Messages, Prompt, Input []byte
+	CacheSalt               string
+}
+
+// StreamOptions is the request's stream_options object.
+type StreamOptions struct {
+	IncludeUsage bool
+}
+
+// RequestError is a request body refused by ParseRequest; it answers 400
+// with its Code (such as "duplicate_key" or "invalid_json").
+type RequestError struct {
+	Code    string
+	Param   string // the field concerned, if any
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Message }
+
+// RequestFields are the top-level fields the routers read, in the order of
+// the values ParseRequest scans; every one is guarded against duplicate
+// and case-variant spellings.
+var RequestFields = jsonkeys.NewSet(
+	"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+	"n", "messages", "prompt", "input", "cache_salt")
+
+const (
+	fModel = iota
+	fStream
+	fStreamOptions
+	fMaxTokens
+	fMaxCompletionTokens
+	fN
+	fMessages
+	fPrompt
+	fInput
+	fCacheSalt
+	nFields
+)
+
+var streamOptionFields = jsonkeys.NewSet("include_usage")
+
+// ParseRequest reads the routing fields of an inference request body. It
+// refuses, with a *RequestError: anything but exactly one JSON object
+// (valid UTF-8, no trailing data); a field it reads (or
+// stream_options.include_usage) that appears twice or in another case;
+// a field of the wrong JSON type; max_tokens or max_completion_tokens
+// outside [0, MaxTokensLimit] and n outside [1, MaxN]. Integers must be
+// written as JSON integers (1000, not 1e3 or 1000.0). It does not check
+// which fields are required: that depends on the endpoint.
+func ParseRequest(body []byte) (*Request, error) {
+	var vals [nFields][]byte
+	if err := RequestFields.Scan(body, vals[:]); err != nil {
+		return nil, keysError(err, "")
+	}
+	var r Request
+	var err error
+	if r.Model, err = stringField("model", vals[fModel]); err != nil {
+		return nil, err
+	}
+	if r.CacheSalt, err = stringField("cache_salt", vals[fCacheSalt]); err != nil {
+		return nil, err
+	}
+	if r.Stream, err = boolField("stream", vals[fStream]); err != nil {
+		return nil, err
+	}
+	if v := nonNull(vals[fStreamOptions]); v != nil {
+		if v[0] != '{' {
+			return nil, typeError("stream_options", "an object", v)
+		}
+		var so [1][]byte
+		if err := streamOptionFields.Scan(v, so[:]); err != nil {
+			return nil, keysError(err, "stream_options.")
+		}
+		r.StreamOptions = &StreamOptions{}
+		if r.StreamOptions.IncludeUsage, err = boolField("stream_options.include_usage", so[0]); err != nil {
+			return nil, err
+		}
+	}
+	if r.MaxTokens, err = intField("max_tokens", vals[fMaxTokens], 0, MaxTokensLimit); err != nil {
+		return nil, err
+	}
+	if r.MaxCompletionTokens, err = intField("max_completion_tokens", vals[fMaxCompletionTokens], 0, MaxTokensLimit); err != nil {
+		return nil, err
+	}
+	if r.N, err = intField("n", vals[fN], 1, MaxN); err != nil {
+		return nil, err
+	}
+	r.Messages, r.Prompt, r.Input = nonNull(vals[fMessages]), nonNull(vals[fPrompt]), nonNull(vals[fInput])
+	return &r, nil
+}
+
+func keysError(err error, prefix string) error {
+	var ke *jsonkeys.Error
+	if errors.As(err, &ke) {
+		param := ""
+		if ke.Key != "" {
+			param = prefix + ke.Key
+		}
+		msg := ke.Error()
+		if prefix != "" {
+			msg = "stream_options: " + msg
+		}
+		return &RequestError{Code: ke.Code, Param: param, Message: msg}
+	}
+	return &RequestError{Code: jsonkeys.CodeInvalidJSON, Message: err.Error()}
+}
+
+func nonNull(v []byte) []byte {
+	if string(v) == "null" {
+		return nil
+	}
+	return v
+}
+
+func typeError(name, want string, got []byte) *RequestError {
+	kind := "a number"
+	switch got[0] {
+	case '"':
+		kind = "a string"
+	case '{':
+		kind = "an object"
+	case '[':
+		kind = "an array"
+	case 't', 'f':
+		kind = "a boolean"
+	}
+	return &RequestError{Code: "invalid_type", Param: name,
+		Message: fmt.Sprintf("field %q must be %s, got %s", name, want, kind)}
+}
+
+func stringField(name string, v []byte) (string, error) {
+	if v = nonNull(v); v == nil {
+		return "", nil
+	}
+	if v[0] != '"' {
+		return "", typeError(name, "a string", v)
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil { // cannot fail: the scanner validated v
+		return "", &RequestError{Code: jsonkeys.CodeInvalidJSON, Param: name, Message: err.Error()}
+	}
+	return s, nil
+}
+
+func boolField(name string, v []byte) (bool, error) {
+	switch string(v) {
+	case "", "null", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	}
+	return false, typeError(name, "a boolean", v)
+}
+
+func intField(name string, v []byte, lo, hi int) (*int, error) {
+	if v = nonNull(v); v == nil {
+		return nil, nil
+	}
+	if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+		return nil, typeError(name, "an integer", v)
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange) {
+			n = hi + 1 // out of range either way
+			if v[0] == '-' {
+				n = lo - 1
+			}
+		} else {
+			return nil, &RequestError{Code: "invalid_type", Param: name,
+				Message: fmt.Sprintf("field %q must be an integer, got %s", name, v)}
+		}
+	}
+	if n < lo || n > hi {
+		return nil, &RequestError{Code: "invalid_value", Param: name,
+			Message: fmt.Sprintf("field %q must be between %d and %d, got %s", name, lo, hi, v)}
+	}
+	return &n, nil
+}
