@@ -353,12 +353,19 @@ func (s *sim) arrive(now time.Duration, i int) {
 		s.dispatchTo(now, i, s.pol.pick(s.rng, s.states[i].preq, s.views))
 		return
 	}
+	s.apply(now, i, s.arrival(now, i))
+}
+
+// arrival is the decision for request i on arrival, as Tier 1's gateway
+// takes it: queue behind waiters of equal or higher priority, or schedule
+// now and decide.
+func (s *sim) arrival(now time.Duration, i int) admission.Decision {
 	req := s.states[i].preq
 	d := admission.Arrive(req, s.queue.Ahead(req.Priority))
 	if d.Action == admission.Schedule {
 		d = admission.Decide(req, s.schedule(now, i))
 	}
-	s.apply(now, i, d)
+	return d
 }
 
 // apply carries out an admission decision for request i.

@@ -3,6 +3,15 @@
 // endpoint picker for the best pod of the model's pool and relays the
 // response, streaming it event by event, retrying on the next-best pod
 // when a pod fails before its first byte.
+//
+// Where to read: gateway.go builds a Gateway from Config and serves it;
+// route.go is the routing step every request takes, from the HTTP
+// listener (proxy.go) or from an external data plane (pick.go, used by
+// tier1/extproc): parse and resolve (schedreq.go), build the scheduling
+// input, then admission — schedule, wait in the pool's priority queue
+// (queue.go) or shed — with the decisions of tier1/admission, which the
+// routing benchmark runs too. proxy.go then relays the response; sse.go
+// finds the first token of a stream for both data planes.
 package gateway
 
 import (
@@ -68,7 +77,6 @@ type Gateway struct {
 
 	applyMu sync.Mutex
 	nextID  atomic.Uint64
-	ctx     context.Context
 }
 
 // state is one applied configuration; requests load it once and use it
@@ -133,7 +141,6 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		reg:    opts.Registry,
 		opts:   opts,
 		queues: map[string]*waitQueue{},
-		ctx:    ctx,
 	}
 	g.m = newMetrics(g.reg)
 	g.tracker = picker.NewTracker(picker.TrackerOptions{})

@@ -50,12 +50,19 @@ func (g *Gateway) route(ctx context.Context, st *state, in routeInput, cb *cycle
 // scheduling, and after waiting if it must wait. It returns Dispatch
 // (cb.res holds the ranking), Shed or Fail.
 func (g *Gateway) admit(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
+	d := g.arrival(st, pool, req, cb)
+	if d.Action == admission.Wait {
+		d = g.waitForCapacity(ctx, st, pool, req, cb)
+	}
+	return d
+}
+
+// arrival is the decision for a request that just arrived: queue behind
+// waiters of equal or higher priority, or schedule now and decide.
+func (g *Gateway) arrival(st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
 	d := admission.Arrive(req, pool.queue.ahead(req.Priority))
 	if d.Action == admission.Schedule {
 		d = admission.Decide(req, g.schedule(st, pool, req, cb))
-	}
-	if d.Action == admission.Wait {
-		d = g.waitForCapacity(ctx, st, pool, req, cb)
 	}
 	return d
 }

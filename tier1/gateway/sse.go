@@ -25,29 +25,26 @@ type tokenScanner struct {
 // feed scans the next chunk of the stream and reports whether an event
 // carrying a token has completed in it (or in what was buffered before).
 func (s *tokenScanner) feed(chunk []byte) bool {
-	for len(chunk) > 0 {
+	s.buf = append(s.buf, chunk...)
+	for {
 		// An event ends at a blank line; accept \n\n and \r\n\r\n.
-		end, skip := len(chunk), 0
-		if i := bytes.Index(chunk, []byte("\n\n")); i >= 0 {
-			end, skip = i, 2
-		}
-		if i := bytes.Index(chunk, []byte("\r\n\r\n")); i >= 0 && i < end {
+		end, skip := bytes.Index(s.buf, []byte("\n\n")), 2
+		if i := bytes.Index(s.buf, []byte("\r\n\r\n")); i >= 0 && (end < 0 || i < end) {
 			end, skip = i, 4
 		}
-		s.buf = append(s.buf, chunk[:end]...)
-		if skip == 0 {
-			if len(s.buf) > maxEventBytes {
-				s.buf = s.buf[:0]
-				return true
-			}
-			return false
+		if end < 0 {
+			break
 		}
-		chunk = chunk[end+skip:]
-		ev := s.buf
-		s.buf = s.buf[:0]
-		if eventHasToken(ev) {
+		if eventHasToken(s.buf[:end]) {
+			s.buf = s.buf[:0]
 			return true
 		}
+		n := copy(s.buf, s.buf[end+skip:])
+		s.buf = s.buf[:n]
+	}
+	if len(s.buf) > maxEventBytes {
+		s.buf = s.buf[:0]
+		return true
 	}
 	return false
 }
