@@ -259,3 +259,7 @@ func (p *Pick) Done(complete bool) {
 // MaxBodyBytes is the configured request body limit (max_body_bytes), so a
 // data plane streaming the body in chunks can stop accumulating early.
 func (g *Gateway) MaxBodyBytes() int64 { return g.state.Load().cfg.MaxBodyBytes }
+
+// Timeouts are the configured timeouts (timeouts), for a data plane
+// serving its own listener (ext_proc) with the same client-side bounds.
+func (g *Gateway) Timeouts() TimeoutConfig { return g.state.Load().cfg.Timeouts }

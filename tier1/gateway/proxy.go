@@ -39,6 +39,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 	start := time.Now()
 	cfg := st.cfg
 	if r.Method != http.MethodPost {
+		closeAfter(w)
 		w.Header().Set("Allow", http.MethodPost)
 		g.fail(w, "", "", http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 		return
@@ -49,12 +50,14 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 	prioHdr := r.Header.Get(HeaderPriority)
 	sloHdr := r.Header.Get(HeaderTTFTSLO)
 
-	// A client trickling its body must not hold a handler forever.
+	// A client trickling its body must not hold a handler forever. On
+	// failure the deadline stays and the connection closes: clearing it
+	// would let the server wait on the rest of the body after the answer.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(cfg.Timeouts.ReadBody))
 	data, err := readBody(w, r, cfg.MaxBodyBytes)
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		closeAfter(w)
 		if errors.Is(err, errBodyTooLarge) {
 			g.fail(w, "", "", http.StatusRequestEntityTooLarge, "request_too_large",
 				fmt.Sprintf("request body exceeds %d bytes", cfg.MaxBodyBytes))
@@ -63,6 +66,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 		g.fail(w, "", "", http.StatusBadRequest, "invalid_body", err.Error())
 		return
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	cb := cycleBufs.Get().(*cycleBuf)
 	defer cycleBufs.Put(cb)
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeouts.Request)
@@ -82,7 +86,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 		return
 	}
 	c := &proxyCall{w: w, r: r, st: st, pool: pool, req: req, data: data, start: start,
-		header: upstreamHeaders(r.Header, clientIP(r), st.upstreamToken)}
+		header: upstreamHeaders(stripInternal(r.Header), clientIP(r), st.upstreamToken)}
 	g.dispatch(ctx, c, cb.res.Ranked)
 }
 
@@ -362,20 +366,33 @@ func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, ca
 
 // relay writes the response to the client: its headers, the first chunk
 // already read (buf[:n], rerr) and the rest as it arrives, flushed chunk
-// by chunk so tokens reach the client as produced.
+// by chunk so tokens reach the client as produced. Every write has its own
+// deadline (timeouts.write): a client that stops reading is dropped, and
+// the attempt ends so the tracker frees the pod's slot. The whole relay is
+// bounded by timeouts.max_stream.
 func (g *Gateway) relay(c *proxyCall, pod *picker.Pod, resp *http.Response, u *upstream, ft *firstToken, buf []byte, n int, rerr error) {
 	cfg := c.st.cfg
 	w := c.w
 	h := w.Header()
-	copyResponseHeaders(h, resp.Header)
+	copyResponseHeaders(h, stripInternal(resp.Header))
 	if cfg.PodHeader != "-" {
 		h.Set(cfg.PodHeader, pod.Name)
 	}
-	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
+	// The deadline is the connection's: clear it for the next request.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	var tooLong atomic.Bool
+	limit := time.AfterFunc(max(cfg.Timeouts.MaxStream-time.Since(c.start), 0), func() { tooLong.Store(true); u.cancel() })
+	defer limit.Stop()
+
+	_ = rc.SetWriteDeadline(time.Now().Add(cfg.Timeouts.Write))
+	w.WriteHeader(resp.StatusCode)
 	status := strconv.Itoa(resp.StatusCode)
+	ended := false // an event stream sent its [DONE]
 	for n > 0 || rerr == nil {
 		if n > 0 {
+			last := ft.sse && endsStream(buf[:n])
+			_ = rc.SetWriteDeadline(time.Now().Add(cfg.Timeouts.Write))
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				status = "499"
 				break
@@ -384,6 +401,7 @@ func (g *Gateway) relay(c *proxyCall, pod *picker.Pod, resp *http.Response, u *u
 				status = "499"
 				break
 			}
+			ended = ended || last
 		}
 		if rerr != nil {
 			break
@@ -392,23 +410,47 @@ func (g *Gateway) relay(c *proxyCall, pod *picker.Pod, resp *http.Response, u *u
 		n, rerr = resp.Body.Read(buf)
 		ft.observe(pod.Name, buf[:n], false)
 	}
-	if rerr != nil && !errors.Is(rerr, io.EOF) && status != "499" {
-		status = statusLabel(c.r.Context(), 502)
-		g.log.Warn("upstream response broke off", "pod", pod.Name, "err", rerr, "timed_out", u.timedOut.Load())
-		if ft.sse && c.r.Context().Err() == nil {
-			// Tell a streaming client in-band; the connection then ends
-			// with a proper terminator rather than hanging.
-			_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":\"upstream stream interrupted\",\"type\":\"server_error\",\"code\":\"upstream_interrupted\"}}\n\n")
-			_ = rc.Flush()
-		} else if c.r.Context().Err() == nil {
-			// The body is incomplete: abort the connection so the client
-			// cannot mistake it for a whole response.
-			panic(http.ErrAbortHandler)
-		}
+	switch {
+	case status == "499" && ended:
+		// The client hung up after [DONE]: it has the whole stream.
+		status = strconv.Itoa(resp.StatusCode)
+	case rerr == nil || errors.Is(rerr, io.EOF) || status == "499":
+	case ended:
+		// Whatever happens after [DONE] (the client leaving, the pod
+		// closing late) does not break the response.
+	default:
+		status = g.brokeOff(c, pod, u, ft, rc, rerr, tooLong.Load())
 	}
 	pool := c.pool.cfg.Name
 	g.m.requests.WithLabelValues(c.req.Model, pool, pod.Name, status).Inc()
 	g.m.e2e.WithLabelValues(c.req.Model, pool).Observe(time.Since(c.start).Seconds())
+}
+
+// brokeOff ends a response whose upstream read failed midway and returns
+// its status label. A streaming client is told in-band, so its connection
+// ends with a proper terminator rather than hanging; any other response is
+// aborted so the client cannot mistake it for a whole one.
+func (g *Gateway) brokeOff(c *proxyCall, pod *picker.Pod, u *upstream, ft *firstToken, rc *http.ResponseController, rerr error, tooLong bool) string {
+	if c.r.Context().Err() != nil {
+		return "499"
+	}
+	code, msg := "upstream_interrupted", "upstream stream interrupted"
+	if tooLong {
+		code, msg = "stream_too_long", "response exceeded the maximum stream duration"
+		g.log.Info("response cut at timeouts.max_stream", "pod", pod.Name)
+	} else {
+		g.log.Warn("upstream response broke off", "pod", pod.Name, "err", rerr, "timed_out", u.timedOut.Load())
+	}
+	if !ft.sse {
+		panic(http.ErrAbortHandler)
+	}
+	_ = rc.SetWriteDeadline(time.Now().Add(c.st.cfg.Timeouts.Write))
+	_, _ = fmt.Fprintf(c.w, "data: {\"error\":{\"message\":%q,\"type\":\"server_error\",\"code\":%q}}\n\n", msg, code)
+	_ = rc.Flush()
+	if tooLong {
+		return "504"
+	}
+	return "502"
 }
 
 // readSome reads until it gets at least one byte or an error.
@@ -432,14 +474,6 @@ func statusClass(code int) string {
 		return "429"
 	}
 	return "5xx"
-}
-
-// statusLabel reports 499 (client closed request) when the client is gone.
-func statusLabel(clientCtx context.Context, status int) string {
-	if clientCtx.Err() != nil {
-		return "499"
-	}
-	return strconv.Itoa(status)
 }
 
 // fail writes an OpenAI JSON error and counts it.

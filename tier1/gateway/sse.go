@@ -142,3 +142,16 @@ func (f *firstToken) observe(pod string, chunk []byte, force bool) {
 	f.g.tracker.FirstToken(pod, f.req, time.Since(f.dispatched))
 	f.g.m.ttft.WithLabelValues(f.req.Model, f.pool).Observe(time.Since(f.start).Seconds())
 }
+
+// endsStream reports whether a chunk of an event stream ends with the
+// OpenAI terminator event, data: [DONE].
+func endsStream(chunk []byte) bool {
+	chunk = bytes.TrimRight(chunk, "\r\n\t ")
+	for _, term := range [][]byte{[]byte("data: [DONE]"), []byte("data:[DONE]")} {
+		if bytes.HasSuffix(chunk, term) {
+			rest := chunk[:len(chunk)-len(term)]
+			return len(rest) == 0 || rest[len(rest)-1] == '\n' || rest[len(rest)-1] == '\r'
+		}
+	}
+	return false
+}
