@@ -2,7 +2,10 @@
 // stream against one simulated fleet (sim/engine in virtual time) once per
 // routing policy, with the same seed, and measures what each policy did to
 // TTFT, latency, throughput and cache hits. Policies built on picker
-// profiles run the exact scheduling code Tier 1 runs.
+// profiles run the exact scheduling and admission code Tier 1 runs
+// (tier1/picker, tier1/admission): the same queueing by priority, the same
+// shedding, the same scheduling input when given request text
+// (Options.Inputs).
 package bench
 
 import (

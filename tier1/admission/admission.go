@@ -21,8 +21,8 @@
 // priority) without any locking or clock, so the gateway wraps it with a
 // mutex and wake-ups and the benchmark drives it from virtual time.
 //
-// Every function here is pure: the same inputs give the same Decision in
-// the proxy, in Pick and in the benchmark.
+// Nothing here does I/O or reads a clock or a lock, so the same inputs
+// give the same Decision in the proxy, in Pick and in the benchmark.
 package admission
 
 import (

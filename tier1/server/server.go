@@ -1,7 +1,8 @@
 // Package server assembles Tier 1 — the per-cluster router — from its
 // configuration: the OpenAI-compatible proxy (tier1/gateway), the optional
 // Envoy ext_proc endpoint picker (tier1/extproc) and the optional Consul
-// registration that lets Tier 2 find this cluster (tier1/register).
+// registration that lets Tier 2 find this cluster (tier1/register), plus
+// the /metrics listener (metrics_listen, loopback by default).
 // `infergate tier1` and the local stack (devstack) both build Tier 1
 // through it, so there is one wiring; it mirrors tier2/server.
 package server
