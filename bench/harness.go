@@ -2,7 +2,10 @@
 // stream against one simulated fleet (sim/engine in virtual time) once per
 // routing policy, with the same seed, and measures what each policy did to
 // TTFT, latency, throughput and cache hits. Policies built on picker
-// profiles run the exact scheduling code Tier 1 runs.
+// profiles run the exact scheduling and admission code Tier 1 runs
+// (tier1/picker, tier1/admission): the same queueing by priority, the same
+// shedding, the same scheduling input when given request text
+// (Options.Inputs).
 package bench
 
 import (
@@ -19,6 +22,7 @@ import (
 	"github.com/infergate/infergate/bench/workload"
 	"github.com/infergate/infergate/sim/engine"
 	"github.com/infergate/infergate/sim/profile"
+	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
 )
 
@@ -26,6 +30,8 @@ import (
 const (
 	DefaultScrapeInterval = 50 * time.Millisecond // GIE's
 	DefaultMaxQueueWait   = 2 * time.Second
+	// DefaultCriticalMaxWait is Tier 1's queue.critical_max_wait default.
+	DefaultCriticalMaxWait = 10 * time.Second
 	// promptBlocks caps the hashes the router sees, as Tier 1 hashes at
 	// most prefix.DefaultPromptBlocks blocks of a prompt.
 	promptBlocks = 512
@@ -36,15 +42,35 @@ const (
 type Options struct {
 	// ScrapeInterval is how often pod metrics are scraped (50 ms).
 	ScrapeInterval time.Duration
-	// MaxQueueWait bounds how long a request waits in the router's queue
-	// when every pod is saturated before it is shed (sheddable) or sent
-	// anyway to the best pod (2 s).
+	// MaxQueueWait bounds how long a standard request waits in the
+	// router's queue when every pod is saturated before it is sent anyway
+	// to the best pod (2 s), as Tier 1's queue.max_wait. Sheddable
+	// requests never wait: they are shed at once, as in Tier 1.
 	MaxQueueWait time.Duration
+	// CriticalMaxWait is MaxQueueWait for priority > 0 requests (10 s),
+	// as Tier 1's queue.critical_max_wait.
+	CriticalMaxWait time.Duration
+	// Inputs selects how the router's view of a prompt is built:
+	// InputsEngine ("", the default) uses the engine's token count and
+	// block hashes; InputsProduction runs Tier 1's admission.Prompt on the
+	// request's text, which Text must supply.
+	Inputs string
+	// Text returns a request's prompt text, for InputsProduction.
+	Text func(*workload.Request) []byte
 	// RecordLoad samples per-pod load over time for plots.
 	RecordLoad bool
 }
 
+// Values of Options.Inputs.
+const (
+	InputsEngine     = "engine"
+	InputsProduction = "production"
+)
+
 func (o Options) withDefaults() Options {
+	if o.CriticalMaxWait <= 0 {
+		o.CriticalMaxWait = DefaultCriticalMaxWait
+	}
 	if o.ScrapeInterval <= 0 {
 		o.ScrapeInterval = DefaultScrapeInterval
 	}
@@ -115,256 +141,371 @@ type reqState struct {
 // Run simulates one policy on one seed's stream and returns what it
 // measured. It is deterministic: the same inputs give the same Run.
 func Run(ctx context.Context, setup Setup, pol Policy, seed uint64, stream workload.Stream, opts Options) (report.Run, error) {
+	s, err := newSim(ctx, setup, pol, seed, stream, opts)
+	if err != nil {
+		return report.Run{}, err
+	}
+	return s.run()
+}
+
+// sim is one Run: the simulated fleet, the router's state (tracker,
+// scheduler, wait queue) and what has been measured so far. Its methods
+// are the routing step in virtual time; they run on the engine loop only.
+type sim struct {
+	ctx     context.Context
+	setup   Setup
+	pol     Policy
+	opts    Options
+	stream  workload.Stream
+	hasLoRA bool
+	slo     time.Duration
+
+	loop    *engine.Loop
+	pods    []*podSim
+	viewIdx map[*picker.Pod]int
+	views   []*picker.Pod
+	tracker *picker.Tracker
+	sched   *picker.Scheduler
+	rng     *rand.Rand
+	result  picker.Result
+
+	states     []reqState
+	queue      admission.Queue[int] // request indices waiting in the router
+	lastScrape time.Duration
+	finished   int
+	lastDone   time.Duration
+	tick       int
+	loadEvery  int
+	err        error
+	out        report.Run
+}
+
+func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream workload.Stream, opts Options) (*sim, error) {
 	opts = opts.withDefaults()
 	f := setup.Fleet
-	hasLoRA := len(f.Adapters) > 0
-	loop := engine.NewLoop()
-	var pods []*podSim
-	viewIdx := map[*picker.Pod]int{}
-	views := make([]*picker.Pod, 0, f.Size())
+	s := &sim{
+		ctx: ctx, setup: setup, pol: pol, opts: opts, stream: stream,
+		hasLoRA: len(f.Adapters) > 0,
+		slo:     f.TTFTSLO,
+		loop:    engine.NewLoop(),
+		viewIdx: map[*picker.Pod]int{},
+		views:   make([]*picker.Pod, 0, f.Size()),
+		tracker: picker.NewTracker(picker.TrackerOptions{}),
+		rng:     rand.New(rand.NewPCG(seed, 0x5eed)),
+	}
 	for _, g := range f.Pods {
 		cfg, err := engineConfig(f, g)
 		if err != nil {
-			return report.Run{}, fmt.Errorf("fleet: %w", err)
+			return nil, fmt.Errorf("fleet: %w", err)
 		}
 		for range g.Count {
 			e, err := engine.New(cfg)
 			if err != nil {
-				return report.Run{}, fmt.Errorf("fleet: pod %d (%s): %w", len(pods), g.GPU, err)
+				return nil, fmt.Errorf("fleet: pod %d (%s): %w", len(s.pods), g.GPU, err)
 			}
-			loop.Add(e)
-			name := fmt.Sprintf("%s-tp%d-%d", g.GPU, max(g.TensorParallel, 1), len(pods))
+			s.loop.Add(e)
+			name := fmt.Sprintf("%s-tp%d-%d", g.GPU, max(g.TensorParallel, 1), len(s.pods))
 			v := &picker.Pod{Name: name, Address: name, BaseModel: f.Model, Engine: "vllm", GPU: g.GPU, Ready: true}
-			viewIdx[v] = len(pods)
-			views = append(views, v)
-			pods = append(pods, &podSim{eng: e, view: v})
+			s.viewIdx[v] = len(s.pods)
+			s.views = append(s.views, v)
+			s.pods = append(s.pods, &podSim{eng: e, view: v})
 		}
 	}
-
-	tracker := picker.NewTracker(picker.TrackerOptions{})
-	var sched *picker.Scheduler
 	if pol.Profile != nil {
 		h := fnv.New64a()
 		h.Write([]byte(pol.Name))
 		var err error
-		sched, err = picker.NewScheduler(*pol.Profile, picker.Options{Tracker: tracker, Rand: rand.New(rand.NewPCG(seed, h.Sum64()))})
+		s.sched, err = picker.NewScheduler(*pol.Profile, picker.Options{Tracker: s.tracker, Rand: rand.New(rand.NewPCG(seed, h.Sum64()))})
 		if err != nil {
-			return report.Run{}, fmt.Errorf("policy %s: %w", pol.Name, err)
+			return nil, fmt.Errorf("policy %s: %w", pol.Name, err)
 		}
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-
-	out := report.Run{Policy: pol.Name, Seed: seed, Requests: len(stream.Requests), PodRequests: make([]int, len(pods))}
+	s.out = report.Run{Policy: pol.Name, Seed: seed, Requests: len(stream.Requests), PodRequests: make([]int, len(s.pods))}
 	if opts.RecordLoad {
-		out.Load = &report.Load{}
-		for _, p := range pods {
-			out.Load.Pods = append(out.Load.Pods, p.view.Name)
-			out.Load.GPUs = append(out.Load.GPUs, p.view.GPU)
+		s.out.Load = &report.Load{}
+		for _, p := range s.pods {
+			s.out.Load.Pods = append(s.out.Load.Pods, p.view.Name)
+			s.out.Load.GPUs = append(s.out.Load.GPUs, p.view.GPU)
 		}
 	}
-	states := make([]reqState, len(stream.Requests))
-	var (
-		lastScrape time.Duration
-		queue      []int // request indices waiting in the router
-		finished   int
-		lastDone   time.Duration
-		simErr     error
-		result     picker.Result
-	)
-	slo := f.TTFTSLO
-
-	refresh := func(now time.Duration) {
-		for _, p := range pods {
-			p.view.Metrics = p.last
-			p.view.MetricsAge = now - lastScrape
-		}
-		tracker.Apply(views)
-	}
-	finish := func(now time.Duration) {
-		finished++
-		lastDone = max(lastDone, now)
-	}
-
-	dispatchTo := func(now time.Duration, i, pi int) {
-		st := &states[i]
-		st.pod = pi
-		p := pods[pi]
-		name := p.view.Name
-		tracker.Dispatched(name, st.preq)
-		out.PodRequests[pi]++
-		arrival := st.w.Arrival
-		er := &engine.Request{
-			ID:           st.w.ID,
-			Adapter:      st.w.Adapter,
-			PromptTokens: st.w.PromptTokens,
-			BlockHashes:  st.w.BlockHashes,
-			MaxTokens:    st.w.OutputTokens,
-			OnFirstToken: func(at time.Duration) {
-				tracker.FirstToken(name, st.preq, at-arrival)
-			},
-			OnDone: func(at time.Duration, res engine.Result) {
-				tracker.Done(name, st.preq)
-				finish(at)
-				if res.Err != nil {
-					out.Failed++
-					return
-				}
-				ttft := res.FirstTokenAt - arrival
-				out.Completed++
-				out.TTFT = append(out.TTFT, ms(ttft))
-				out.E2E = append(out.E2E, ms(at-arrival))
-				out.OutputTokens += res.CompletionTokens
-				if res.CompletionTokens > 1 {
-					out.ITL = append(out.ITL, ms(at-res.FirstTokenAt)/float64(res.CompletionTokens-1))
-				}
-				if ttft <= slo {
-					out.MetSLO++
-				}
-			},
-		}
-		if err := p.eng.Submit(now, er); err != nil {
-			// The pod rejects what it can never serve (too long for its
-			// KV cache or context): a 400 the client sees as a failure.
-			tracker.Done(name, st.preq)
-			out.Failed++
-			finish(now)
-		}
-	}
-
-	// try routes request i; it reports false when the request must keep
-	// waiting in the router's queue.
-	try := func(now time.Duration, i int, final bool) bool {
-		st := &states[i]
-		refresh(now)
-		pi := -1
-		if sched == nil {
-			pi = pol.pick(rng, st.preq, views)
-		} else {
-			err := sched.ScheduleInto(&result, st.preq, views)
-			switch {
-			case errors.Is(err, picker.ErrNoCandidates):
-				out.Failed++
-				finish(now)
-				return true
-			case errors.Is(err, picker.ErrSaturated) && pol.Queue && !final:
-				return false
-			case errors.Is(err, picker.ErrSaturated) && pol.Queue && st.w.Sheddable:
-				out.Shed++
-				finish(now)
-				return true
-			case err != nil && !errors.Is(err, picker.ErrSaturated):
-				simErr = fmt.Errorf("schedule request %d: %w", st.w.ID, err)
-				return true
-			}
-			pi = viewIdx[result.Ranked[0]]
-		}
-		dispatchTo(now, i, pi)
-		return true
-	}
-
+	s.states = make([]reqState, len(stream.Requests))
 	for i := range stream.Requests {
 		w := &stream.Requests[i]
+		pr, err := schedInput(w, f.Model, s.slo, opts)
+		if err != nil {
+			return nil, err
+		}
+		s.states[i] = reqState{w: w, preq: pr, pod: -1}
+	}
+	s.loadEvery = max(1, int(stream.Duration/opts.ScrapeInterval)/loadSamples)
+	return s, nil
+}
+
+// schedInput is the picker.Request the router builds for w. The prompt
+// part is the engine's own token count and block hashes (InputsEngine),
+// or, with InputsProduction, what Tier 1 computes from the request text
+// (admission.Prompt, the function the proxy calls).
+func schedInput(w *workload.Request, model string, slo time.Duration, opts Options) (*picker.Request, error) {
+	pr := &picker.Request{
+		ID:        strconv.FormatUint(w.ID, 10),
+		Model:     model,
+		BaseModel: model,
+		Adapter:   w.Adapter,
+		MaxTokens: w.OutputTokens,
+		Priority:  w.Priority,
+		Sheddable: w.Sheddable || w.Priority < 0,
+		TTFTSLO:   slo,
+	}
+	if w.Adapter != "" {
+		pr.Model = w.Adapter
+	}
+	if w.Sheddable && pr.Priority >= 0 {
+		pr.Priority = -1 // Tier 1's policy: sheddable is below standard
+	}
+	switch opts.Inputs {
+	case InputsEngine, "":
 		bh := w.BlockHashes
 		if len(bh) > promptBlocks {
 			bh = bh[:promptBlocks]
 		}
-		pr := &picker.Request{
-			ID:           strconv.FormatUint(w.ID, 10),
-			Model:        f.Model,
-			BaseModel:    f.Model,
-			Adapter:      w.Adapter,
-			PromptTokens: w.PromptTokens,
-			MaxTokens:    w.OutputTokens,
-			BlockHashes:  bh,
-			Sheddable:    w.Sheddable,
-			TTFTSLO:      slo,
+		pr.PromptTokens, pr.BlockHashes = w.PromptTokens, bh
+	case InputsProduction:
+		if opts.Text == nil {
+			return nil, errors.New("inputs production: no request text (Options.Text is nil)")
 		}
-		if w.Adapter != "" {
-			pr.Model = w.Adapter
-		}
-		if w.Sheddable {
-			pr.Priority = -1
-		}
-		states[i] = reqState{w: w, preq: pr, pod: -1}
-		loop.At(w.Arrival, func(now time.Duration) {
-			if simErr != nil {
-				return
-			}
-			if len(queue) > 0 || !try(now, i, false) {
-				// FIFO: behind earlier waiters, retried at scrape ticks.
-				states[i].queuedAt = now
-				queue = append(queue, i)
-			}
-		})
+		admission.Prompt(pr, "", opts.Text(w))
+	default:
+		return nil, fmt.Errorf("unknown inputs %q: want %s or %s", opts.Inputs, InputsEngine, InputsProduction)
 	}
+	return pr, nil
+}
 
-	total := len(stream.Requests)
-	loadEvery := max(1, int(stream.Duration/opts.ScrapeInterval)/loadSamples)
-	tick := 0
-	var scrapeTick func(now time.Duration)
-	scrapeTick = func(now time.Duration) {
-		if simErr != nil {
-			return
-		}
-		if err := ctx.Err(); err != nil {
-			simErr = err
-			return
-		}
-		for _, p := range pods {
-			p.scrape(hasLoRA)
-		}
-		lastScrape = now
-		if out.Load != nil && tick%loadEvery == 0 {
-			vals := make([]int, len(pods))
-			for k, p := range pods {
-				vals[k] = p.last.Waiting + p.last.Running
-			}
-			out.Load.Times = append(out.Load.Times, now)
-			out.Load.Values = append(out.Load.Values, vals)
-		}
-		tick++
-		// Retry the router's queue in FIFO order; stop at the first that
-		// must still wait, unless its bounded wait has run out.
-		k := 0
-		for ; k < len(queue); k++ {
-			i := queue[k]
-			final := now-states[i].queuedAt >= opts.MaxQueueWait
-			if !try(now, i, final) {
-				break
-			}
-		}
-		queue = queue[k:]
-		if finished < total {
-			loop.At(now+opts.ScrapeInterval, scrapeTick)
-		}
+func (s *sim) run() (report.Run, error) {
+	for i := range s.states {
+		s.loop.At(s.states[i].w.Arrival, func(now time.Duration) { s.arrive(now, i) })
 	}
-	loop.At(0, scrapeTick)
-	horizon := setup.Horizon
+	s.loop.At(0, s.scrapeTick)
+	horizon := s.setup.Horizon
 	if horizon <= 0 {
-		horizon = stream.Duration + 10*time.Minute
+		horizon = s.stream.Duration + 10*time.Minute
 	}
-	loop.Run(horizon)
-	if simErr != nil {
-		return out, simErr
+	s.loop.Run(horizon)
+	out := s.out
+	if s.err != nil {
+		return out, s.err
 	}
 	// Requests still unfinished at the horizon count as failed: they would
 	// have timed out.
-	out.Failed += total - finished
+	total := len(s.states)
+	out.Failed += total - s.finished
 	var q, h int64
-	for _, p := range pods {
-		s := p.eng.Stats()
-		q += s.PrefixCacheQueries
-		h += s.PrefixCacheHits
+	for _, p := range s.pods {
+		st := p.eng.Stats()
+		q += st.PrefixCacheQueries
+		h += st.PrefixCacheHits
 	}
 	if q > 0 {
 		out.PrefixHitRate = float64(h) / float64(q)
 	}
 	first := time.Duration(0)
 	if total > 0 {
-		first = stream.Requests[0].Arrival
+		first = s.stream.Requests[0].Arrival
 	}
-	out.Makespan = max(lastDone-first, time.Millisecond)
+	out.Makespan = max(s.lastDone-first, time.Millisecond)
 	return out, nil
+}
+
+// refresh gives the router's pod views their last scrape and the
+// tracker's state, as Tier 1's snapshot does.
+func (s *sim) refresh(now time.Duration) {
+	for _, p := range s.pods {
+		p.view.Metrics = p.last
+		p.view.MetricsAge = now - s.lastScrape
+	}
+	s.tracker.Apply(s.views)
+}
+
+func (s *sim) finish(now time.Duration) {
+	s.finished++
+	s.lastDone = max(s.lastDone, now)
+}
+
+// schedule runs one scheduling cycle for request i into s.result. A
+// policy without the router queue (a plain load balancer) dispatches to
+// saturated pods: for it saturation is no error.
+func (s *sim) schedule(now time.Duration, i int) error {
+	s.refresh(now)
+	err := s.sched.ScheduleInto(&s.result, s.states[i].preq, s.views)
+	switch {
+	case errors.Is(err, picker.ErrSaturated) && !s.pol.Queue:
+		return nil
+	case err != nil && !errors.Is(err, picker.ErrSaturated) && !errors.Is(err, picker.ErrNoCandidates):
+		s.err = fmt.Errorf("schedule request %d: %w", s.states[i].w.ID, err)
+	}
+	return err
+}
+
+// arrive is the routing step for a new request, with Tier 1's admission
+// (admission.Arrive, then Decide on the scheduler's answer).
+func (s *sim) arrive(now time.Duration, i int) {
+	if s.err != nil {
+		return
+	}
+	if s.sched == nil {
+		s.refresh(now)
+		s.dispatchTo(now, i, s.pol.pick(s.rng, s.states[i].preq, s.views))
+		return
+	}
+	s.apply(now, i, s.arrival(now, i))
+}
+
+// arrival is the decision for request i on arrival, as Tier 1's gateway
+// takes it: queue behind waiters of equal or higher priority, or schedule
+// now and decide.
+func (s *sim) arrival(now time.Duration, i int) admission.Decision {
+	req := s.states[i].preq
+	d := admission.Arrive(req, s.queue.Ahead(req.Priority))
+	if d.Action == admission.Schedule {
+		d = admission.Decide(req, s.schedule(now, i))
+	}
+	return d
+}
+
+// apply carries out an admission decision for request i.
+func (s *sim) apply(now time.Duration, i int, d admission.Decision) {
+	if s.err != nil {
+		return
+	}
+	switch d.Action {
+	case admission.Dispatch:
+		s.dispatchTo(now, i, s.viewIdx[s.result.Ranked[0]])
+	case admission.Wait:
+		s.states[i].queuedAt = now
+		s.queue.Push(s.states[i].preq.Priority, i)
+	case admission.Shed:
+		s.out.Shed++
+		s.finish(now)
+	default:
+		s.out.Failed++
+		s.finish(now)
+	}
+}
+
+// drainQueue is Tier 1's wait queue at a scrape (Tier 1 wakes its queue on
+// every scrape): the head is scheduled again until one must still wait;
+// then every waiter whose bound has passed goes to the best pod anyway.
+func (s *sim) drainQueue(now time.Duration) {
+	for s.err == nil {
+		i, ok := s.queue.Head()
+		if !ok {
+			return
+		}
+		err := s.schedule(now, i)
+		d := admission.Decide(s.states[i].preq, err)
+		if s.expired(now, i) {
+			d = admission.Expired(s.states[i].preq, err)
+		}
+		if d.Action == admission.Wait {
+			break
+		}
+		s.queue.Remove(i)
+		s.apply(now, i, d)
+	}
+	for _, i := range s.queue.All() {
+		if s.err != nil || !s.expired(now, i) {
+			continue
+		}
+		d := admission.Expired(s.states[i].preq, s.schedule(now, i))
+		s.queue.Remove(i)
+		s.apply(now, i, d)
+	}
+}
+
+// expired reports whether request i has waited its bound.
+func (s *sim) expired(now time.Duration, i int) bool {
+	st := &s.states[i]
+	return now-st.queuedAt >= admission.MaxWait(st.preq, s.opts.MaxQueueWait, s.opts.CriticalMaxWait)
+}
+
+func (s *sim) dispatchTo(now time.Duration, i, pi int) {
+	st := &s.states[i]
+	st.pod = pi
+	p := s.pods[pi]
+	name := p.view.Name
+	s.tracker.Dispatched(name, st.preq)
+	s.out.PodRequests[pi]++
+	arrival := st.w.Arrival
+	er := &engine.Request{
+		ID:           st.w.ID,
+		Adapter:      st.w.Adapter,
+		PromptTokens: st.w.PromptTokens,
+		BlockHashes:  st.w.BlockHashes,
+		MaxTokens:    st.w.OutputTokens,
+		OnFirstToken: func(at time.Duration) {
+			s.tracker.FirstToken(name, st.preq, at-arrival)
+		},
+		OnDone: func(at time.Duration, res engine.Result) {
+			s.tracker.Done(name, st.preq)
+			s.finish(at)
+			s.record(arrival, at, res)
+		},
+	}
+	if err := p.eng.Submit(now, er); err != nil {
+		// The pod rejects what it can never serve (too long for its
+		// KV cache or context): a 400 the client sees as a failure.
+		s.tracker.Done(name, st.preq)
+		s.out.Failed++
+		s.finish(now)
+	}
+}
+
+// record measures one finished request.
+func (s *sim) record(arrival, at time.Duration, res engine.Result) {
+	out := &s.out
+	if res.Err != nil {
+		out.Failed++
+		return
+	}
+	ttft := res.FirstTokenAt - arrival
+	out.Completed++
+	out.TTFT = append(out.TTFT, ms(ttft))
+	out.E2E = append(out.E2E, ms(at-arrival))
+	out.OutputTokens += res.CompletionTokens
+	if res.CompletionTokens > 1 {
+		out.ITL = append(out.ITL, ms(at-res.FirstTokenAt)/float64(res.CompletionTokens-1))
+	}
+	if ttft <= s.slo {
+		out.MetSLO++
+	}
+}
+
+// scrapeTick scrapes every pod, samples load and retries the router's
+// queue, then schedules itself again while requests remain.
+func (s *sim) scrapeTick(now time.Duration) {
+	if s.err != nil {
+		return
+	}
+	if err := s.ctx.Err(); err != nil {
+		s.err = err
+		return
+	}
+	for _, p := range s.pods {
+		p.scrape(s.hasLoRA)
+	}
+	s.lastScrape = now
+	if s.out.Load != nil && s.tick%s.loadEvery == 0 {
+		vals := make([]int, len(s.pods))
+		for k, p := range s.pods {
+			vals[k] = p.last.Waiting + p.last.Running
+		}
+		s.out.Load.Times = append(s.out.Load.Times, now)
+		s.out.Load.Values = append(s.out.Load.Values, vals)
+	}
+	s.tick++
+	s.drainQueue(now)
+	if s.finished < len(s.states) {
+		s.loop.At(now+s.opts.ScrapeInterval, s.scrapeTick)
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

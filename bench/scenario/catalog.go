@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -212,9 +213,58 @@ func scale1000() Scenario {
 	}
 }
 
+// priorityMix8B overloads a small fleet in bursts with three classes of
+// request: 30% sheddable (batch work, priority -1), ~20% critical
+// (priority 1) and the rest standard. It exercises Tier 1's admission in
+// the benchmark: sheddable requests are shed at once when every pod is
+// saturated, critical ones wait ahead of standard ones and longer.
+func priorityMix8B() Scenario {
+	return Scenario{
+		Name:    "priority-mix-8b",
+		Summary: "Llama-3.1-8B on 2 H100 + 2 A10G pods, bursts beyond capacity; 30% sheddable, ~20% critical requests",
+		Fleet: Fleet{
+			Model: "llama-3.1-8b",
+			Pods: []PodGroup{
+				{GPU: "h100", Count: 2, TensorParallel: 1},
+				{GPU: "a10g", Count: 2, TensorParallel: 1},
+			},
+			TTFTSLO: time.Second,
+		},
+		Duration: 3 * time.Minute,
+		Drain:    30 * time.Minute,
+		Gen: prioritized{
+			Generator: Independent{
+				Arrivals:  workload.OnOff{OnRate: 50, OffRate: 4, On: 10 * time.Second, Off: 20 * time.Second},
+				Prompt:    workload.LogNormal{Median: 800, P90Ratio: 3, Min: 16, Max: 6000},
+				Output:    workload.LogNormal{Median: 180, P90Ratio: 3, Min: 1, Max: 1024},
+				Sheddable: 0.3,
+			},
+			Critical: 0.3, // ≈ 21% of all requests
+		},
+	}
+}
+
+// prioritized marks a fraction of another generator's non-sheddable
+// requests critical (priority 1).
+type prioritized struct {
+	Generator
+	Critical float64 // fraction of the non-sheddable requests
+}
+
+// Generate implements Generator.
+func (g prioritized) Generate(r *rand.Rand, dur time.Duration, adapters []string) []workload.Request {
+	reqs := g.Generator.Generate(r, dur, adapters)
+	for i := range reqs {
+		if !reqs[i].Sheddable && r.Float64() < g.Critical {
+			reqs[i].Priority = 1
+		}
+	}
+	return reqs
+}
+
 var catalog = []func() Scenario{
 	mixedGPU8B, mixedGPU32B, bursty70B, bursty235B, sharedPrefix8B, uniform235B,
-	multiTurnChat, manyLoRA, scale1000,
+	multiTurnChat, manyLoRA, scale1000, priorityMix8B,
 }
 
 // All returns every scenario, the six AWS analogues first.

@@ -27,6 +27,7 @@ type Request struct {
 	BlockHashes []uint64
 	Adapter     string // LoRA adapter, "" for the base model
 	Sheddable   bool   // may be shed under saturation
+	Priority    int    // Tier 1 priority: > 0 critical, < 0 sheddable
 	Session     int    // conversation id, -1 when not part of one
 }
 

@@ -18,6 +18,7 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "Tier 1 configuration file (YAML; see docs/tier1.md); reloaded when it changes")
 	listen := fs.String("listen", "", "listen address, overriding the config's listen (default "+server.DefaultListen+")")
+	metricsListen := fs.String("metrics-listen", "", "/metrics listen address, overriding the config's metrics_listen (default "+server.DefaultMetricsListen+"; - = off)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	extProcListen := fs.String("ext-proc-listen", "", "also serve the endpoint picker to Envoy as a GIE-compatible ext_proc gRPC server on this address (see docs/tier1-extproc.md); empty = off")
 	extProcAuthByEnvoy := fs.Bool("ext-proc-auth-by-envoy", false, "ext_proc: Envoy authenticates clients, skip the bearer-token check on requests arriving through ext_proc")
@@ -49,6 +50,9 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addr := cfg.Listen
 	if *listen != "" {
 		addr = *listen
+	}
+	if *metricsListen != "" {
+		cfg.MetricsListen = *metricsListen
 	}
 	srv, err := server.New(ctx, &cfg, server.Options{
 		Logger:     log,

@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -112,7 +113,15 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	if limit > math.MaxInt32 {
 		limit = math.MaxInt32
 	}
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(limit))}
+	t := s.gw.Timeouts()
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(limit)),
+		// The listener's timeouts, as the HTTP listener's: a connection
+		// must finish its HTTP/2 handshake within read_header, and one
+		// without streams is closed after client_idle.
+		grpc.ConnectionTimeout(t.ReadHeader),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: t.ClientIdle}),
+	}
 }
 
 // Serve serves ext_proc on ln until ctx is done, then stops gracefully,
@@ -332,7 +341,7 @@ func (x *exchange) requestMutation(p *gateway.Pick) *extprocv3.HeaderMutation {
 		if lk == HeaderDestination {
 			continue // overwritten above; removing it too could drop ours
 		}
-		if strings.HasPrefix(lk, "x-gateway-") || strings.HasPrefix(lk, "x-infergate-") || lk == "cookie" ||
+		if gateway.IsInternalHeader(lk) || lk == "cookie" ||
 			(lk == "authorization" && p.UpstreamToken == "") {
 			m.RemoveHeaders = append(m.RemoveHeaders, lk)
 		}
@@ -366,7 +375,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, rh *extproc
 		// A pod must not be able to spoof the router's headers.
 		for k := range h {
 			lk := strings.ToLower(k)
-			if (strings.HasPrefix(lk, "x-gateway-") || strings.HasPrefix(lk, "x-infergate-")) && lk != strings.ToLower(x.pick.PodHeader) {
+			if gateway.IsInternalHeader(lk) && lk != strings.ToLower(x.pick.PodHeader) {
 				m.RemoveHeaders = append(m.RemoveHeaders, lk)
 			}
 		}

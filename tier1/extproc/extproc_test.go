@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,6 +44,7 @@ type testEnv struct {
 	debug  string // gateway HTTP listener, for /debug/pods
 	client extprocv3.ExternalProcessorClient
 	conn   *grpc.ClientConn
+	addr   string                 // ext_proc listener
 	pods   map[string]*server.Pod // by name
 }
 
@@ -93,6 +95,7 @@ func newTestEnv(t *testing.T, specs []podSpec, extra string, opts Options) *test
 	if err != nil {
 		t.Fatal(err)
 	}
+	te.addr = ln.Addr().String()
 	srv := New(gw, opts)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln, time.Second) }()
@@ -664,5 +667,37 @@ func TestLargeBufferedBody(t *testing.T) {
 	dest, _ := destination(t, es.route("/v1/chat/completions", body))
 	if te.podByAddr(dest) != "a" {
 		t.Fatalf("picked %s", dest)
+	}
+}
+
+// Internal headers spelled with underscores are removed before the request
+// reaches a pod, as the dashed ones are.
+func TestUnderscoreInternalHeadersRemoved(t *testing.T) {
+	te := newTestEnv(t, []podSpec{{name: "a"}}, "", Options{})
+	es := te.open(t)
+	r := es.route("/v1/chat/completions", chatBody("llama-3.1-8b", "hi", false),
+		"x_gateway_destination_endpoint", "10.66.66.66:6666", "x_infergate_priority", "100")
+	removed := r.GetRequestBody().GetResponse().GetHeaderMutation().GetRemoveHeaders()
+	for _, k := range []string{"x_gateway_destination_endpoint", "x_infergate_priority"} {
+		if !slices.Contains(removed, k) {
+			t.Errorf("%s not removed (removed: %v)", k, removed)
+		}
+	}
+}
+
+// A connection that never completes the HTTP/2 handshake is closed after
+// timeouts.read_header.
+func TestExtProcHandshakeTimeout(t *testing.T) {
+	te := newTestEnv(t, []podSpec{{name: "a"}}, "timeouts: {read_header: 200ms}\n", Options{})
+	c, err := net.Dial("tcp", te.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("silent connection still open")
 	}
 }

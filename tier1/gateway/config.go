@@ -19,9 +19,12 @@ import (
 
 // Config is the whole Tier 1 configuration file.
 type Config struct {
-	Listen  string `yaml:"listen"`  // default 127.0.0.1:8080
-	Cluster string `yaml:"cluster"` // reported to Tier 2; default "local"
-	Region  string `yaml:"region"`  // reported to Tier 2; default "local"
+	Listen string `yaml:"listen"` // default 127.0.0.1:8080
+	// MetricsListen is where /metrics is served, apart from the API
+	// listener; default 127.0.0.1:9090 (loopback), "-" turns it off.
+	MetricsListen string `yaml:"metrics_listen"`
+	Cluster       string `yaml:"cluster"` // reported to Tier 2; default "local"
+	Region        string `yaml:"region"`  // reported to Tier 2; default "local"
 
 	Auth     AuthConfig     `yaml:"auth"`
 	Upstream UpstreamConfig `yaml:"upstream"`
@@ -82,6 +85,11 @@ type TimeoutConfig struct {
 	FirstByte time.Duration `yaml:"first_byte"` // dispatch to first response byte; default 5m
 	Idle      time.Duration `yaml:"idle"`       // longest silence inside a response; default 2m
 	Request   time.Duration `yaml:"request"`    // whole request; default 30m
+	// Client side of every listener (see docs/tier1.md#timeouts).
+	ReadHeader time.Duration `yaml:"read_header"` // a request's headers; default 10s
+	ClientIdle time.Duration `yaml:"client_idle"` // keep-alive between requests; default 2m
+	Write      time.Duration `yaml:"write"`       // each write to the client; default 30s
+	MaxStream  time.Duration `yaml:"max_stream"`  // a relayed response in all; default 30m
 }
 
 // RetryConfig bounds retries on the next-best pod when a pod fails before
@@ -146,6 +154,7 @@ type PodConfig struct {
 // Defaults.
 const (
 	DefaultListen         = "127.0.0.1:8080"
+	DefaultMetricsListen  = "127.0.0.1:9090"
 	DefaultPodHeader      = "x-infergate-pod"
 	DefaultMaxBodyBytes   = 16 << 20
 	DefaultReloadInterval = time.Second
@@ -178,6 +187,13 @@ func (c *Config) SetDefaults() {
 	def(&c.Timeouts.FirstByte, 5*time.Minute)
 	def(&c.Timeouts.Idle, 2*time.Minute)
 	def(&c.Timeouts.Request, 30*time.Minute)
+	def(&c.Timeouts.ReadHeader, 10*time.Second)
+	def(&c.Timeouts.ClientIdle, 2*time.Minute)
+	def(&c.Timeouts.Write, 30*time.Second)
+	def(&c.Timeouts.MaxStream, 30*time.Minute)
+	if c.MetricsListen == "" {
+		c.MetricsListen = DefaultMetricsListen
+	}
 	if c.Retry.MaxAttempts == 0 {
 		c.Retry.MaxAttempts = 3
 	}
@@ -222,6 +238,8 @@ func (c *Config) Validate() error {
 		"timeouts.connect": c.Timeouts.Connect, "timeouts.first_byte": c.Timeouts.FirstByte,
 		"timeouts.read_body": c.Timeouts.ReadBody,
 		"timeouts.idle":      c.Timeouts.Idle, "timeouts.request": c.Timeouts.Request,
+		"timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.client_idle": c.Timeouts.ClientIdle,
+		"timeouts.write": c.Timeouts.Write, "timeouts.max_stream": c.Timeouts.MaxStream,
 		"retry.budget": c.Retry.Budget, "queue.max_wait": c.Queue.MaxWait,
 		"queue.critical_max_wait": c.Queue.CriticalMaxWait, "scrape.interval": c.Scrape.Interval,
 		"scrape.timeout": c.Scrape.Timeout, "scrape.models_interval": c.Scrape.ModelsInterval,

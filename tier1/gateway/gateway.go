@@ -3,6 +3,15 @@
 // endpoint picker for the best pod of the model's pool and relays the
 // response, streaming it event by event, retrying on the next-best pod
 // when a pod fails before its first byte.
+//
+// Where to read: gateway.go builds a Gateway from Config and serves it;
+// route.go is the routing step every request takes, from the HTTP
+// listener (proxy.go) or from an external data plane (pick.go, used by
+// tier1/extproc): parse and resolve (schedreq.go), build the scheduling
+// input, then admission — schedule, wait in the pool's priority queue
+// (queue.go) or shed — with the decisions of tier1/admission, which the
+// routing benchmark runs too. proxy.go then relays the response; sse.go
+// finds the first token of a stream for both data planes.
 package gateway
 
 import (
@@ -68,7 +77,6 @@ type Gateway struct {
 
 	applyMu sync.Mutex
 	nextID  atomic.Uint64
-	ctx     context.Context
 }
 
 // state is one applied configuration; requests load it once and use it
@@ -133,7 +141,6 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		reg:    opts.Registry,
 		opts:   opts,
 		queues: map[string]*waitQueue{},
-		ctx:    ctx,
 	}
 	g.m = newMetrics(g.reg)
 	g.tracker = picker.NewTracker(picker.TrackerOptions{})
@@ -385,8 +392,9 @@ func (g *Gateway) routes() {
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("/ready", g.handleReady)
-	mux.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{}))
+	// /metrics is served on its own listener (ServeMetrics), not here.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		closeAfter(w)
 		openai.Errorf(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
 	})
 	g.mux = mux
@@ -408,6 +416,7 @@ func (g *Gateway) authed(h func(w http.ResponseWriter, r *http.Request, st *stat
 		}
 		if !st.tokens.check(r) {
 			g.m.requests.WithLabelValues("", "", "", "401").Inc()
+			closeAfter(w)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="infergate"`)
 			openai.Errorf(w, http.StatusUnauthorized, "invalid_api_key", "missing or invalid bearer token")
 			return
@@ -416,16 +425,31 @@ func (g *Gateway) authed(h func(w http.ResponseWriter, r *http.Request, st *stat
 	})
 }
 
-// Serve serves on ln until ctx is done, then shuts down gracefully,
-// giving in-flight requests up to grace to finish.
+// Serve serves the API on ln until ctx is done, then shuts down
+// gracefully, giving in-flight requests up to grace to finish.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	return g.serve(ctx, ln, g, grace)
+}
+
+// ServeMetrics serves /metrics (the gateway's registry) on ln, apart from
+// the API, until ctx is done. Config.MetricsListen names its address.
+func (g *Gateway) ServeMetrics(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{}))
+	return g.serve(ctx, ln, mux, grace)
+}
+
+// serve runs an http.Server with the configured client-side timeouts.
+func (g *Gateway) serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	t := g.state.Load().cfg.Timeouts
 	srv := &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		Handler:           h,
+		ReadHeaderTimeout: t.ReadHeader,
+		IdleTimeout:       t.ClientIdle,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		// No WriteTimeout: responses stream for as long as generation runs,
-		// bounded by Timeouts.Request and Timeouts.Idle instead.
+		// No ReadTimeout or WriteTimeout: bodies get timeouts.read_body and
+		// streamed responses a deadline per write (timeouts.write) plus
+		// timeouts.max_stream, set by the handler.
 	}
 	done := make(chan struct{})
 	go func() {

@@ -9,7 +9,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/tier1/picker"
-	"github.com/infergate/infergate/tier1/prefix"
 )
 
 // PickRequest is one inference request routed by an external data plane.
@@ -84,8 +82,7 @@ type Pick struct {
 	pod        string // pod the tracker has the request on
 	dispatched time.Time
 	status     int
-	sse        bool
-	firstToken bool
+	ft         firstToken
 	done       bool
 }
 
@@ -131,58 +128,20 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 		return nil, g.refuse("", "", http.StatusRequestEntityTooLarge, "request_too_large",
 			fmt.Sprintf("request body exceeds %d bytes", cfg.MaxBodyBytes))
 	}
-	req, body, rt, rf := g.schedRequest(st, ep, pr.Body, h.Get("X-Request-Id"), h.Get(HeaderPriority), h.Get(HeaderTTFTSLO), trusted)
-	if rf != nil {
-		return nil, g.refuse(rf.model, rf.pool, rf.status, rf.code, rf.reason)
-	}
-	pool, model := rt.pool, body.Model
-
 	// The buffer goes back to the pool at Done: the request's block hashes
 	// live in it until then.
 	cb := cycleBufs.Get().(*cycleBuf)
-	keep := false
-	defer func() {
-		if !keep {
-			cycleBufs.Put(cb)
-		}
-	}()
-	text := body.promptBytes(ep)
-	seed := model
-	if body.CacheSalt != "" {
-		seed = model + "\x00" + body.CacheSalt
-	}
-	cb.hashes = prefix.Hash(seed, text, prefix.DefaultBlockBytes, prefix.DefaultPromptBlocks, cb.hashes)
-	req.BlockHashes = cb.hashes
-	req.PromptTokens = max(1, len(text)/4)
-
 	wctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Request)
 	defer cancel()
-	g.snapshot(st, pool, req, cb)
-	err := g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
-	if errors.Is(err, picker.ErrSaturated) {
-		if req.Sheddable {
-			g.m.shed.WithLabelValues(model, pool.cfg.Name).Inc()
-			e := g.refuse(model, pool.cfg.Name, http.StatusTooManyRequests, "pool_saturated",
-				"every model server of this model is saturated; retry later")
-			e.RetryAfter = time.Second
-			return nil, e
-		}
-		err = g.waitForCapacity(wctx, st, pool, req, cb)
+	req, pool, rf := g.route(wctx, st, routeInput{ep: ep, data: pr.Body, id: h.Get("X-Request-Id"),
+		prioHdr: h.Get(HeaderPriority), sloHdr: h.Get(HeaderTTFTSLO), trusted: trusted}, cb)
+	if rf != nil {
+		cycleBufs.Put(cb)
+		e := g.refuse(rf.model, rf.pool, rf.status, rf.code, rf.reason)
+		e.RetryAfter = rf.retryAfter
+		return nil, e
 	}
-	switch {
-	case errors.Is(err, picker.ErrNoCandidates):
-		return nil, g.refuse(model, pool.cfg.Name, http.StatusServiceUnavailable, "no_ready_pod",
-			fmt.Sprintf("no ready model server for model %q", model))
-	case wctx.Err() != nil:
-		status := http.StatusGatewayTimeout
-		if ctx.Err() != nil {
-			status = 499
-		}
-		return nil, g.refuse(model, pool.cfg.Name, status, "timeout", "request timed out waiting for capacity")
-	case err != nil:
-		return nil, g.refuse(model, pool.cfg.Name, http.StatusServiceUnavailable, "scheduling_failed", err.Error())
-	}
-	g.recordScores(st, &cb.res)
+	model := req.Model
 
 	ranked := cb.res.Ranked[:min(cfg.Retry.MaxAttempts, len(cb.res.Ranked))]
 	p := &Pick{
@@ -209,8 +168,8 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 			p.Fallbacks = append(p.Fallbacks, r.Address)
 		}
 	}
+	p.ft = firstToken{g: g, req: req, pool: pool.cfg.Name, start: start, dispatched: p.dispatched}
 	g.tracker.Dispatched(p.pod, req)
-	keep = true
 	return p, nil
 }
 
@@ -234,6 +193,7 @@ func (p *Pick) Served(addr string) {
 	p.g.tracker.Done(p.pod, p.req)
 	p.pod = name
 	p.dispatched = time.Now()
+	p.ft.dispatched = p.dispatched
 	p.g.tracker.Dispatched(p.pod, p.req)
 }
 
@@ -254,9 +214,9 @@ func (p *Pick) Response(status int, header http.Header, endOfStream bool) {
 		return
 	}
 	p.status = status
-	p.sse = isEventStream(header)
+	p.ft.sse = isEventStream(header)
 	if endOfStream || status >= 300 {
-		p.noteTokenLocked(nil, true)
+		p.ft.observe(p.pod, nil, true)
 	}
 }
 
@@ -269,16 +229,7 @@ func (p *Pick) Body(chunk []byte) {
 	if p.done || len(chunk) == 0 {
 		return
 	}
-	p.noteTokenLocked(chunk, false)
-}
-
-func (p *Pick) noteTokenLocked(chunk []byte, force bool) {
-	if p.firstToken || (!force && p.sse && !hasToken(chunk)) {
-		return
-	}
-	p.firstToken = true
-	p.g.tracker.FirstToken(p.pod, p.req, time.Since(p.dispatched))
-	p.g.m.ttft.WithLabelValues(p.Model, p.Pool).Observe(time.Since(p.start).Seconds())
+	p.ft.observe(p.pod, chunk, false)
 }
 
 // Done ends the request: the tracker takes it off its pod's in-flight
@@ -308,3 +259,7 @@ func (p *Pick) Done(complete bool) {
 // MaxBodyBytes is the configured request body limit (max_body_bytes), so a
 // data plane streaming the body in chunks can stop accumulating early.
 func (g *Gateway) MaxBodyBytes() int64 { return g.state.Load().cfg.MaxBodyBytes }
+
+// Timeouts are the configured timeouts (timeouts), for a data plane
+// serving its own listener (ext_proc) with the same client-side bounds.
+func (g *Gateway) Timeouts() TimeoutConfig { return g.state.Load().cfg.Timeouts }

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
-	"github.com/infergate/infergate/tier1/prefix"
 	"github.com/infergate/infergate/tier1/scrape"
 )
 
@@ -39,6 +39,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 	start := time.Now()
 	cfg := st.cfg
 	if r.Method != http.MethodPost {
+		closeAfter(w)
 		w.Header().Set("Allow", http.MethodPost)
 		g.fail(w, "", "", http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 		return
@@ -49,12 +50,14 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 	prioHdr := r.Header.Get(HeaderPriority)
 	sloHdr := r.Header.Get(HeaderTTFTSLO)
 
-	// A client trickling its body must not hold a handler forever.
+	// A client trickling its body must not hold a handler forever. On
+	// failure the deadline stays and the connection closes: clearing it
+	// would let the server wait on the rest of the body after the answer.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(cfg.Timeouts.ReadBody))
 	data, err := readBody(w, r, cfg.MaxBodyBytes)
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		closeAfter(w)
 		if errors.Is(err, errBodyTooLarge) {
 			g.fail(w, "", "", http.StatusRequestEntityTooLarge, "request_too_large",
 				fmt.Sprintf("request body exceeds %d bytes", cfg.MaxBodyBytes))
@@ -63,57 +66,28 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 		g.fail(w, "", "", http.StatusBadRequest, "invalid_body", err.Error())
 		return
 	}
-	req, body, rt, rf := g.schedRequest(st, ep, data, r.Header.Get("X-Request-Id"), prioHdr, sloHdr, trusted)
+	_ = rc.SetReadDeadline(time.Time{})
+	cb := cycleBufs.Get().(*cycleBuf)
+	defer cycleBufs.Put(cb)
+	ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeouts.Request)
+	defer cancel()
+	req, pool, rf := g.route(ctx, st, routeInput{ep: ep, data: data, id: r.Header.Get("X-Request-Id"),
+		prioHdr: prioHdr, sloHdr: sloHdr, trusted: trusted}, cb)
 	if rf != nil {
+		if rf.status == admission.StatusClientClosed {
+			// Nobody to answer: count it only.
+			g.m.requests.WithLabelValues(rf.model, rf.pool, "", strconv.Itoa(rf.status)).Inc()
+			return
+		}
+		if rf.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(rf.retryAfter/time.Second)))
+		}
 		g.fail(w, rf.model, rf.pool, rf.status, rf.code, rf.reason)
 		return
 	}
-	pool := rt.pool
-	model := body.Model
-
-	cb := cycleBufs.Get().(*cycleBuf)
-	defer cycleBufs.Put(cb)
-	text := body.promptBytes(ep)
-	seed := model
-	if body.CacheSalt != "" {
-		seed = model + "\x00" + body.CacheSalt
-	}
-	cb.hashes = prefix.Hash(seed, text, prefix.DefaultBlockBytes, prefix.DefaultPromptBlocks, cb.hashes)
-	req.BlockHashes = cb.hashes
-	req.PromptTokens = max(1, len(text)/4) // ~4 bytes per token
-
-	ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeouts.Request)
-	defer cancel()
-
-	g.snapshot(st, pool, req, cb)
-	err = g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
-	if errors.Is(err, picker.ErrSaturated) {
-		if req.Sheddable {
-			g.m.shed.WithLabelValues(model, pool.cfg.Name).Inc()
-			w.Header().Set("Retry-After", "1")
-			g.fail(w, model, pool.cfg.Name, http.StatusTooManyRequests, "pool_saturated",
-				"every model server of this model is saturated; retry later")
-			return
-		}
-		err = g.waitForCapacity(ctx, st, pool, req, cb)
-	}
-	switch {
-	case errors.Is(err, picker.ErrNoCandidates):
-		g.fail(w, model, pool.cfg.Name, http.StatusServiceUnavailable, "no_ready_pod",
-			fmt.Sprintf("no ready model server for model %q", model))
-		return
-	case ctx.Err() != nil:
-		g.m.requests.WithLabelValues(model, pool.cfg.Name, "", statusLabel(r.Context(), http.StatusGatewayTimeout)).Inc()
-		if r.Context().Err() == nil {
-			openai.Errorf(w, http.StatusGatewayTimeout, "timeout", "request timed out waiting for capacity")
-		}
-		return
-	case err != nil:
-		g.fail(w, model, pool.cfg.Name, http.StatusServiceUnavailable, "scheduling_failed", err.Error())
-		return
-	}
-	g.recordScores(st, &cb.res)
-	g.dispatch(ctx, w, r, st, pool, req, cb.res.Ranked, data, start)
+	c := &proxyCall{w: w, r: r, st: st, pool: pool, req: req, data: data, start: start,
+		header: upstreamHeaders(stripInternal(r.Header), clientIP(r), st.upstreamToken)}
+	g.dispatch(ctx, c, cb.res.Ranked)
 }
 
 // resolve maps a model name to its pool: a pool's base model, an adapter
@@ -227,54 +201,6 @@ func (g *Gateway) fillPod(p *picker.Pod, st *state, pool *poolState, rt *podRT, 
 	return ps
 }
 
-// waitForCapacity queues req until a pod of its pool leaves saturation,
-// the wait bound for its priority passes (then the scheduler's best pick
-// stands: the server queues it) or ctx ends. cb.res holds the pick.
-func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) error {
-	maxWait := st.cfg.Queue.MaxWait
-	if req.Priority > 0 {
-		maxWait = st.cfg.Queue.CriticalMaxWait
-	}
-	q := pool.queue
-	w, ok := q.enter(req.Priority, st.cfg.Queue.MaxLen)
-	if !ok {
-		return nil // queue full: dispatch to the best pod now
-	}
-	start := time.Now()
-	g.m.queueLen.WithLabelValues(pool.cfg.Name).Set(float64(q.len()))
-	defer func() {
-		q.leave(w)
-		g.m.queueLen.WithLabelValues(pool.cfg.Name).Set(float64(q.len()))
-		g.m.queueWait.WithLabelValues(pool.cfg.Name).Observe(time.Since(start).Seconds())
-	}()
-	deadline := time.NewTimer(maxWait)
-	defer deadline.Stop()
-	// Scrapes wake the queue too, but poll in case a pod stops reporting.
-	tick := time.NewTicker(max(st.cfg.Scrape.Interval, 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		head, wake := q.isHead(w)
-		if head {
-			g.snapshot(st, pool, req, cb)
-			err := g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
-			if !errors.Is(err, picker.ErrSaturated) {
-				return err
-			}
-		}
-		select {
-		case <-wake:
-		case <-tick.C:
-		case <-deadline.C:
-			if len(cb.res.Ranked) == 0 {
-				return picker.ErrNoCandidates
-			}
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
 // recordScores keeps each candidate's scores for /debug/pods and exports
 // the chosen pod's.
 func (g *Gateway) recordScores(st *state, res *picker.Result) {
@@ -310,14 +236,26 @@ type attemptError struct {
 	err    error
 }
 
+// proxyCall is one client request on its way through the proxy: what
+// every upstream attempt needs.
+type proxyCall struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	st     *state
+	pool   *poolState
+	req    *picker.Request
+	header http.Header // upstream request headers
+	data   []byte      // request body
+	start  time.Time   // the request arrived
+}
+
 // dispatch sends the request to ranked[0], moving to the next pod when one
 // fails before its first response byte, within Retry bounds.
-func (g *Gateway) dispatch(ctx context.Context, w http.ResponseWriter, r *http.Request, st *state, pool *poolState,
-	req *picker.Request, ranked []*picker.Pod, data []byte, start time.Time) {
-	cfg := st.cfg
-	header := upstreamHeaders(r.Header, clientIP(r), st.upstreamToken)
+func (g *Gateway) dispatch(ctx context.Context, c *proxyCall, ranked []*picker.Pod) {
+	cfg := c.st.cfg
+	pool := c.pool.cfg.Name
 	attempts := min(cfg.Retry.MaxAttempts, len(ranked))
-	budgetEnd := start.Add(cfg.Retry.Budget)
+	budgetEnd := c.start.Add(cfg.Retry.Budget)
 	var last *attemptError
 	for i := 0; i < attempts; i++ {
 		pod := ranked[i]
@@ -325,19 +263,19 @@ func (g *Gateway) dispatch(ctx context.Context, w http.ResponseWriter, r *http.R
 			if time.Now().After(budgetEnd) {
 				break
 			}
-			g.m.retries.WithLabelValues(pool.cfg.Name, last.reason).Inc()
-			g.log.Debug("retrying on next pod", "pool", pool.cfg.Name, "failed", ranked[i-1].Name, "reason", last.reason, "err", last.err, "next", pod.Name)
+			g.m.retries.WithLabelValues(pool, last.reason).Inc()
+			g.log.Debug("retrying on next pod", "pool", pool, "failed", ranked[i-1].Name, "reason", last.reason, "err", last.err, "next", pod.Name)
 		}
 		// Whether a failure may be retried is decided when it happens: an
 		// attempt that outlives the budget relays its pod's error instead.
 		hasNext := i+1 < attempts
 		canRetry := func() bool { return hasNext && time.Now().Before(budgetEnd) }
-		last = g.attempt(ctx, w, r, st, pool, req, pod, header, data, start, canRetry)
+		last = g.attempt(ctx, c, pod, canRetry)
 		if last == nil {
 			return
 		}
-		if r.Context().Err() != nil {
-			g.m.requests.WithLabelValues(req.Model, pool.cfg.Name, pod.Name, "499").Inc()
+		if c.r.Context().Err() != nil {
+			g.m.requests.WithLabelValues(c.req.Model, pool, pod.Name, "499").Inc()
 			return // client gone
 		}
 	}
@@ -345,44 +283,57 @@ func (g *Gateway) dispatch(ctx context.Context, w http.ResponseWriter, r *http.R
 	if last != nil && last.reason == "timeout" {
 		status, code = http.StatusGatewayTimeout, "upstream_timeout"
 	}
-	g.fail(w, req.Model, pool.cfg.Name, status, code, "no model server could take the request")
+	g.fail(c.w, c.req.Model, pool, status, code, "no model server could take the request")
+}
+
+// upstream is one attempt's connection to a pod: its cancel and the
+// watchdog that is first the first-byte deadline, then the idle timeout
+// between reads of the response.
+type upstream struct {
+	cancel   context.CancelFunc
+	watchdog *time.Timer
+	timedOut atomic.Bool
+}
+
+func (u *upstream) reason() string {
+	if u.timedOut.Load() {
+		return "timeout"
+	}
+	return "reset"
 }
 
 // attempt runs one upstream attempt. It returns nil once a response has
 // been relayed (successfully or not); an error means nothing was written to
 // the client and the caller may try another pod.
-func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, st *state, pool *poolState,
-	req *picker.Request, pod *picker.Pod, header http.Header, data []byte, start time.Time, canRetry func() bool) *attemptError {
-	cfg := st.cfg
+func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, canRetry func() bool) *attemptError {
+	cfg := c.st.cfg
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var timedOut atomic.Bool
-	// One timer serves as the first-byte deadline, then as the idle
-	// watchdog between reads of the response.
-	watchdog := time.AfterFunc(cfg.Timeouts.FirstByte, func() { timedOut.Store(true); cancel() })
-	defer watchdog.Stop()
+	u := &upstream{cancel: cancel}
+	u.watchdog = time.AfterFunc(cfg.Timeouts.FirstByte, func() { u.timedOut.Store(true); cancel() })
+	defer u.watchdog.Stop()
 
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+pod.Address+r.URL.RequestURI(), bytes.NewReader(data))
+	out, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+pod.Address+c.r.URL.RequestURI(), bytes.NewReader(c.data))
 	if err != nil {
 		return &attemptError{"connect", err}
 	}
-	out.Header = header
-	out.ContentLength = int64(len(data))
+	out.Header = c.header
+	out.ContentLength = int64(len(c.data))
 
-	dispatched := time.Now()
-	g.tracker.Dispatched(pod.Name, req)
+	ft := firstToken{g: g, req: c.req, pool: c.pool.cfg.Name, start: c.start, dispatched: time.Now()}
+	g.tracker.Dispatched(pod.Name, c.req)
 	defer func() {
-		g.tracker.Done(pod.Name, req)
-		pool.queue.signal()
+		g.tracker.Done(pod.Name, c.req)
+		c.pool.queue.signal()
 	}()
 	resp, err := g.transport.RoundTrip(out)
 	if err != nil {
-		if timedOut.Load() {
+		if u.timedOut.Load() {
 			return &attemptError{"timeout", err}
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) || isDialError(err) {
 			// Keep the scheduler off this pod until the scraper can tell.
-			if rt := st.pods[pod.Name]; rt != nil {
+			if rt := c.st.pods[pod.Name]; rt != nil {
 				rt.downUntil.Store(time.Now().Add(max(4*cfg.Scrape.Interval, 250*time.Millisecond)).UnixNano())
 			}
 		}
@@ -401,75 +352,105 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// before it can still be retried without the client noticing.
 	n, rerr := readSome(resp.Body, buf)
 	if n == 0 && rerr != nil && !errors.Is(rerr, io.EOF) {
-		if r.Context().Err() != nil {
+		if c.r.Context().Err() != nil {
 			return &attemptError{"client_gone", rerr}
 		}
-		reason := "reset"
-		if timedOut.Load() {
-			reason = "timeout"
-		}
-		return &attemptError{reason, rerr}
+		return &attemptError{u.reason(), rerr}
 	}
-	watchdog.Reset(cfg.Timeouts.Idle)
-	sse := isEventStream(resp.Header)
-	// The first token is the first byte, except in a chat stream that opens
-	// with a role-only event before prefill ends (some servers send it at
-	// once): then it is the first event carrying text.
-	firstToken := false
-	noteToken := func(chunk []byte) {
-		if firstToken || (sse && !hasToken(chunk)) {
-			return
-		}
-		firstToken = true
-		g.tracker.FirstToken(pod.Name, req, time.Since(dispatched))
-		g.m.ttft.WithLabelValues(req.Model, pool.cfg.Name).Observe(time.Since(start).Seconds())
-	}
-	noteToken(buf[:n])
+	u.watchdog.Reset(cfg.Timeouts.Idle)
+	ft.sse = isEventStream(resp.Header)
+	ft.observe(pod.Name, buf[:n], n == 0)
+	g.relay(c, pod, resp, u, &ft, buf, n, rerr)
+	return nil
+}
 
+// relay writes the response to the client: its headers, the first chunk
+// already read (buf[:n], rerr) and the rest as it arrives, flushed chunk
+// by chunk so tokens reach the client as produced. Every write has its own
+// deadline (timeouts.write): a client that stops reading is dropped, and
+// the attempt ends so the tracker frees the pod's slot. The whole relay is
+// bounded by timeouts.max_stream.
+func (g *Gateway) relay(c *proxyCall, pod *picker.Pod, resp *http.Response, u *upstream, ft *firstToken, buf []byte, n int, rerr error) {
+	cfg := c.st.cfg
+	w := c.w
 	h := w.Header()
-	copyResponseHeaders(h, resp.Header)
+	copyResponseHeaders(h, stripInternal(resp.Header))
 	if cfg.PodHeader != "-" {
 		h.Set(cfg.PodHeader, pod.Name)
 	}
-	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
+	// The deadline is the connection's: clear it for the next request.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	var tooLong atomic.Bool
+	limit := time.AfterFunc(max(cfg.Timeouts.MaxStream-time.Since(c.start), 0), func() { tooLong.Store(true); u.cancel() })
+	defer limit.Stop()
+
+	_ = rc.SetWriteDeadline(time.Now().Add(cfg.Timeouts.Write))
+	w.WriteHeader(resp.StatusCode)
 	status := strconv.Itoa(resp.StatusCode)
+	ended := false // an event stream sent its [DONE]
 	for n > 0 || rerr == nil {
 		if n > 0 {
+			last := ft.sse && endsStream(buf[:n])
+			_ = rc.SetWriteDeadline(time.Now().Add(cfg.Timeouts.Write))
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				status = "499"
 				break
 			}
-			// Flush every chunk: tokens must reach the client as produced.
 			if ferr := rc.Flush(); ferr != nil {
 				status = "499"
 				break
 			}
+			ended = ended || last
 		}
 		if rerr != nil {
 			break
 		}
-		watchdog.Reset(cfg.Timeouts.Idle)
+		u.watchdog.Reset(cfg.Timeouts.Idle)
 		n, rerr = resp.Body.Read(buf)
-		noteToken(buf[:n])
+		ft.observe(pod.Name, buf[:n], false)
 	}
-	if rerr != nil && !errors.Is(rerr, io.EOF) && status != "499" {
-		status = statusLabel(r.Context(), 502)
-		g.log.Warn("upstream response broke off", "pod", pod.Name, "err", rerr, "timed_out", timedOut.Load())
-		if sse && r.Context().Err() == nil {
-			// Tell a streaming client in-band; the connection then ends
-			// with a proper terminator rather than hanging.
-			_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":\"upstream stream interrupted\",\"type\":\"server_error\",\"code\":\"upstream_interrupted\"}}\n\n")
-			_ = rc.Flush()
-		} else if r.Context().Err() == nil {
-			// The body is incomplete: abort the connection so the client
-			// cannot mistake it for a whole response.
-			panic(http.ErrAbortHandler)
-		}
+	switch {
+	case status == "499" && ended:
+		// The client hung up after [DONE]: it has the whole stream.
+		status = strconv.Itoa(resp.StatusCode)
+	case rerr == nil || errors.Is(rerr, io.EOF) || status == "499":
+	case ended:
+		// Whatever happens after [DONE] (the client leaving, the pod
+		// closing late) does not break the response.
+	default:
+		status = g.brokeOff(c, pod, u, ft, rc, rerr, tooLong.Load())
 	}
-	g.m.requests.WithLabelValues(req.Model, pool.cfg.Name, pod.Name, status).Inc()
-	g.m.e2e.WithLabelValues(req.Model, pool.cfg.Name).Observe(time.Since(start).Seconds())
-	return nil
+	pool := c.pool.cfg.Name
+	g.m.requests.WithLabelValues(c.req.Model, pool, pod.Name, status).Inc()
+	g.m.e2e.WithLabelValues(c.req.Model, pool).Observe(time.Since(c.start).Seconds())
+}
+
+// brokeOff ends a response whose upstream read failed midway and returns
+// its status label. A streaming client is told in-band, so its connection
+// ends with a proper terminator rather than hanging; any other response is
+// aborted so the client cannot mistake it for a whole one.
+func (g *Gateway) brokeOff(c *proxyCall, pod *picker.Pod, u *upstream, ft *firstToken, rc *http.ResponseController, rerr error, tooLong bool) string {
+	if c.r.Context().Err() != nil {
+		return "499"
+	}
+	code, msg := "upstream_interrupted", "upstream stream interrupted"
+	if tooLong {
+		code, msg = "stream_too_long", "response exceeded the maximum stream duration"
+		g.log.Info("response cut at timeouts.max_stream", "pod", pod.Name)
+	} else {
+		g.log.Warn("upstream response broke off", "pod", pod.Name, "err", rerr, "timed_out", u.timedOut.Load())
+	}
+	if !ft.sse {
+		panic(http.ErrAbortHandler)
+	}
+	_ = rc.SetWriteDeadline(time.Now().Add(c.st.cfg.Timeouts.Write))
+	_, _ = fmt.Fprintf(c.w, "data: {\"error\":{\"message\":%q,\"type\":\"server_error\",\"code\":%q}}\n\n", msg, code)
+	_ = rc.Flush()
+	if tooLong {
+		return "504"
+	}
+	return "502"
 }
 
 // readSome reads until it gets at least one byte or an error.
@@ -488,43 +469,11 @@ func isDialError(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
-// hasToken reports whether a chunk of an OpenAI event stream carries
-// generated text (or the end of the stream).
-func hasToken(chunk []byte) bool {
-	for _, key := range [][]byte{[]byte(`"content":"`), []byte(`"text":"`)} {
-		rest := chunk
-		for {
-			i := bytes.Index(rest, key)
-			if i < 0 {
-				break
-			}
-			rest = rest[i+len(key):]
-			if len(rest) > 0 && rest[0] != '"' {
-				return true
-			}
-		}
-	}
-	return bytes.Contains(chunk, []byte("[DONE]")) || bytes.Contains(chunk, []byte(`"finish_reason":"`))
-}
-
-func isEventStream(h http.Header) bool {
-	ct := h.Get("Content-Type")
-	return len(ct) >= 17 && ct[:17] == "text/event-stream"
-}
-
 func statusClass(code int) string {
 	if code == http.StatusTooManyRequests {
 		return "429"
 	}
 	return "5xx"
-}
-
-// statusLabel reports 499 (client closed request) when the client is gone.
-func statusLabel(clientCtx context.Context, status int) string {
-	if clientCtx.Err() != nil {
-		return "499"
-	}
-	return strconv.Itoa(status)
 }
 
 // fail writes an OpenAI JSON error and counts it.

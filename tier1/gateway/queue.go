@@ -1,25 +1,22 @@
 package gateway
 
 import (
-	"slices"
 	"sync"
+
+	"github.com/infergate/infergate/tier1/admission"
 )
 
-// waitQueue orders the requests of one pool that found every pod
-// saturated: higher priority first, then arrival. Only the head re-runs
-// the scheduler when woken, so capacity that frees up goes to the most
-// important, oldest request.
+// waitQueue is one pool's admission.Queue of requests that found every pod
+// saturated, made safe for concurrent use and able to wake its waiters.
+// Only the head re-runs the scheduler when woken (see waitForCapacity).
 type waitQueue struct {
-	mu      sync.Mutex
-	waiters []*waiter
-	seq     uint64
-	wake    chan struct{}
+	mu   sync.Mutex
+	q    admission.Queue[*waiter]
+	wake chan struct{}
 }
 
-type waiter struct {
-	prio int
-	seq  uint64
-}
+// waiter is one queued request; its address is its identity.
+type waiter struct{ prio int }
 
 func newWaitQueue() *waitQueue {
 	return &waitQueue{wake: make(chan struct{})}
@@ -29,27 +26,26 @@ func newWaitQueue() *waitQueue {
 func (q *waitQueue) enter(prio, maxLen int) (*waiter, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.waiters) >= maxLen {
+	if q.q.Len() >= maxLen {
 		return nil, false
 	}
-	q.seq++
-	w := &waiter{prio: prio, seq: q.seq}
-	i, _ := slices.BinarySearchFunc(q.waiters, w, func(a, b *waiter) int {
-		if a.prio != b.prio {
-			return b.prio - a.prio // descending priority
-		}
-		return int(a.seq - b.seq)
-	})
-	q.waiters = slices.Insert(q.waiters, i, w)
+	w := &waiter{prio: prio}
+	q.q.Push(prio, w)
 	return w, true
+}
+
+// ahead reports whether a request of priority prio would queue behind
+// someone already waiting (see admission.Arrive).
+func (q *waitQueue) ahead(prio int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.q.Ahead(prio)
 }
 
 // leave removes w and wakes the others: the next head may now proceed.
 func (q *waitQueue) leave(w *waiter) {
 	q.mu.Lock()
-	if i := slices.Index(q.waiters, w); i >= 0 {
-		q.waiters = slices.Delete(q.waiters, i, i+1)
-	}
+	q.q.Remove(w)
 	q.signalLocked()
 	q.mu.Unlock()
 }
@@ -59,7 +55,8 @@ func (q *waitQueue) leave(w *waiter) {
 func (q *waitQueue) isHead(w *waiter) (bool, <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.waiters) > 0 && q.waiters[0] == w, q.wake
+	h, ok := q.q.Head()
+	return ok && h == w, q.wake
 }
 
 // signal wakes the waiters (pod state changed or a request finished).
@@ -70,7 +67,7 @@ func (q *waitQueue) signal() {
 }
 
 func (q *waitQueue) signalLocked() {
-	if len(q.waiters) == 0 {
+	if q.q.Len() == 0 {
 		return // nobody listening: skip the channel churn on the hot path
 	}
 	close(q.wake)
@@ -80,5 +77,5 @@ func (q *waitQueue) signalLocked() {
 func (q *waitQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.waiters)
+	return q.q.Len()
 }

@@ -16,6 +16,7 @@ type refusal struct {
 	model, pool  string
 	status       int
 	code, reason string
+	retryAfter   time.Duration // set when shed (429)
 }
 
 // schedRequest parses data and builds the scheduling request for it: model

@@ -11,11 +11,11 @@ type buildContext struct {
 	params  map[string]float64
 }
 
-var filterFactories = map[string]func(buildContext) Filter{
-	FilterModel: func(buildContext) Filter { return modelFilter{} },
-	FilterReady: func(buildContext) Filter { return readyFilter{} },
-	FilterFresh: func(bc buildContext) Filter { return freshFilter{sat: bc.sat} },
-	FilterLoRA:  func(buildContext) Filter { return loraFilter{} },
+var filterFactories = map[string]func(buildContext) filter{
+	FilterModel: func(buildContext) filter { return modelFilter{} },
+	FilterReady: func(buildContext) filter { return readyFilter{} },
+	FilterFresh: func(bc buildContext) filter { return freshFilter{sat: bc.sat} },
+	FilterLoRA:  func(buildContext) filter { return loraFilter{} },
 }
 
 // Built-in filters compact the slice they are given in place: it belongs to
@@ -47,7 +47,7 @@ type modelFilter struct{}
 
 func (modelFilter) Name() string { return FilterModel }
 
-func (modelFilter) Filter(_ *CycleState, req *Request, pods []*Pod) []*Pod {
+func (modelFilter) Filter(_ *cycleState, req *Request, pods []*Pod) []*Pod {
 	model := req.BaseModel
 	if model == "" {
 		model = req.Model
@@ -63,7 +63,7 @@ type readyFilter struct{}
 
 func (readyFilter) Name() string { return FilterReady }
 
-func (readyFilter) Filter(_ *CycleState, _ *Request, pods []*Pod) []*Pod {
+func (readyFilter) Filter(_ *cycleState, _ *Request, pods []*Pod) []*Pod {
 	return keep(pods, func(p *Pod) bool { return p.Ready })
 }
 
@@ -74,7 +74,7 @@ type freshFilter struct{ sat SaturationDetector }
 
 func (freshFilter) Name() string { return FilterFresh }
 
-func (f freshFilter) Filter(_ *CycleState, _ *Request, pods []*Pod) []*Pod {
+func (f freshFilter) Filter(_ *cycleState, _ *Request, pods []*Pod) []*Pod {
 	return keepOrAll(pods, func(p *Pod) bool { return !f.sat.Stale(p) })
 }
 
@@ -86,7 +86,7 @@ type loraFilter struct{}
 
 func (loraFilter) Name() string { return FilterLoRA }
 
-func (loraFilter) Filter(_ *CycleState, req *Request, pods []*Pod) []*Pod {
+func (loraFilter) Filter(_ *cycleState, req *Request, pods []*Pod) []*Pod {
 	if req.Adapter == "" {
 		return pods
 	}

@@ -17,7 +17,7 @@ func TestFilters(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		filter Filter
+		filter filter
 		req    Request
 		pods   []*Pod
 		want   []string
@@ -55,7 +55,7 @@ func TestFilters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := slices.Clone(tt.pods)
-			got := names(tt.filter.Filter(&CycleState{}, &tt.req, in))
+			got := names(tt.filter.Filter(&cycleState{}, &tt.req, in))
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}

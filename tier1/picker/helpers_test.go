@@ -53,7 +53,7 @@ func scoreOnly(t *testing.T, name string, params map[string]float64, tr *Tracker
 	}
 	bc := buildContext{tracker: tr, params: spec.withDefaults(params)}
 	out := make([]float64, len(pods))
-	var cs CycleState
+	var cs cycleState
 	spec.build(bc).Score(&cs, req, pods, out)
 	for i, v := range out {
 		if !(v >= 0 && v <= 1) {

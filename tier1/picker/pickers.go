@@ -5,10 +5,10 @@ import (
 	"sync/atomic"
 )
 
-var pickerFactories = map[string]func(buildContext) Picker{
-	PickerMaxScore:   func(buildContext) Picker { return maxScorePicker{} },
-	PickerRandom:     func(buildContext) Picker { return randomPicker{} },
-	PickerRoundRobin: func(buildContext) Picker { return &roundRobinPicker{} },
+var pickerFactories = map[string]func(buildContext) ranker{
+	PickerMaxScore:   func(buildContext) ranker { return maxScorePicker{} },
+	PickerRandom:     func(buildContext) ranker { return randomPicker{} },
+	PickerRoundRobin: func(buildContext) ranker { return &roundRobinPicker{} },
 }
 
 // splitmix64 turns the cycle seed and a position into an independent
@@ -22,7 +22,7 @@ func splitmix64(x uint64) uint64 {
 
 // rankTop appends to out the best maxRanked pods by key (desc), ties
 // broken by the random key; keys nil ranks purely at random.
-func rankTop(cs *CycleState, pods []*Pod, keys []float64) []*Pod {
+func rankTop(cs *cycleState, pods []*Pod, keys []float64) []*Pod {
 	n := len(pods)
 	k := cs.maxRanked
 	if k <= 0 || k > n {
@@ -86,7 +86,7 @@ type maxScorePicker struct{}
 
 func (maxScorePicker) Name() string { return PickerMaxScore }
 
-func (maxScorePicker) Pick(cs *CycleState, _ *Request, pods []*Pod, total []float64) []*Pod {
+func (maxScorePicker) Pick(cs *cycleState, _ *Request, pods []*Pod, total []float64) []*Pod {
 	return rankTop(cs, pods, total)
 }
 
@@ -95,7 +95,7 @@ type randomPicker struct{}
 
 func (randomPicker) Name() string { return PickerRandom }
 
-func (randomPicker) Pick(cs *CycleState, _ *Request, pods []*Pod, _ []float64) []*Pod {
+func (randomPicker) Pick(cs *cycleState, _ *Request, pods []*Pod, _ []float64) []*Pod {
 	return rankTop(cs, pods, nil)
 }
 
@@ -105,7 +105,7 @@ type roundRobinPicker struct{ next atomic.Uint64 }
 
 func (*roundRobinPicker) Name() string { return PickerRoundRobin }
 
-func (r *roundRobinPicker) Pick(cs *CycleState, _ *Request, pods []*Pod, _ []float64) []*Pod {
+func (r *roundRobinPicker) Pick(cs *cycleState, _ *Request, pods []*Pod, _ []float64) []*Pod {
 	n := len(pods)
 	k := cs.maxRanked
 	if k <= 0 || k > n {

@@ -101,17 +101,17 @@ type Scheduler struct {
 // profile is a built, immutable ProfileConfig.
 type profile struct {
 	cfg     ProfileConfig
-	filters []Filter
-	scorers []Scorer
+	filters []filter
+	scorers []scorer
 	names   []string
 	weights []float64
-	picker  Picker
+	picker  ranker
 	sat     SaturationDetector
 }
 
 // cycle is the reusable per-Schedule scratch.
 type cycle struct {
-	cs    CycleState
+	cs    cycleState
 	names []string
 	match []int
 	idx   []int32

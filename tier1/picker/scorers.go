@@ -22,7 +22,7 @@ const (
 
 type scorerSpec struct {
 	params map[string]float64 // known parameters and their defaults
-	build  func(buildContext) Scorer
+	build  func(buildContext) scorer
 }
 
 func (s scorerSpec) withDefaults(p map[string]float64) map[string]float64 {
@@ -37,10 +37,10 @@ func (s scorerSpec) withDefaults(p map[string]float64) map[string]float64 {
 }
 
 var scorerSpecs = map[string]scorerSpec{
-	ScorerQueue:        {build: func(buildContext) Scorer { return queueScorer{} }},
-	ScorerKVCache:      {build: func(buildContext) Scorer { return kvScorer{} }},
-	ScorerRunning:      {build: func(buildContext) Scorer { return runningScorer{} }},
-	ScorerLoRAAffinity: {build: func(buildContext) Scorer { return loraScorer{} }},
+	ScorerQueue:        {build: func(buildContext) scorer { return queueScorer{} }},
+	ScorerKVCache:      {build: func(buildContext) scorer { return kvScorer{} }},
+	ScorerRunning:      {build: func(buildContext) scorer { return runningScorer{} }},
+	ScorerLoRAAffinity: {build: func(buildContext) scorer { return loraScorer{} }},
 	ScorerPrefix: {
 		params: map[string]float64{
 			ParamGuardAbs:          8,
@@ -48,7 +48,7 @@ var scorerSpecs = map[string]scorerSpec{
 			ParamGuardDiscount:     0,
 			ParamShortPromptBlocks: 16,
 		},
-		build: func(bc buildContext) Scorer {
+		build: func(bc buildContext) scorer {
 			return &prefixScorer{
 				tracker:    bc.tracker,
 				guardAbs:   bc.params[ParamGuardAbs],
@@ -65,7 +65,7 @@ var scorerSpecs = map[string]scorerSpec{
 			ParamSLOMissScore:    0,
 			ParamQueuedPromptTok: 0,
 		},
-		build: func(bc buildContext) Scorer {
+		build: func(bc buildContext) scorer {
 			return &latencyScorer{
 				tracker:        bc.tracker,
 				defaultPrefill: bc.params[ParamDefaultPrefill],
@@ -113,7 +113,7 @@ type queueScorer struct{}
 
 func (queueScorer) Name() string { return ScorerQueue }
 
-func (queueScorer) Score(_ *CycleState, _ *Request, pods []*Pod, out []float64) {
+func (queueScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) {
 	minMax(out, pods, func(p *Pod) float64 { return float64(QueueDepth(p)) })
 }
 
@@ -122,7 +122,7 @@ type runningScorer struct{}
 
 func (runningScorer) Name() string { return ScorerRunning }
 
-func (runningScorer) Score(_ *CycleState, _ *Request, pods []*Pod, out []float64) {
+func (runningScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) {
 	minMax(out, pods, func(p *Pod) float64 { return float64(p.Metrics.Running) })
 }
 
@@ -133,7 +133,7 @@ type kvScorer struct{}
 
 func (kvScorer) Name() string { return ScorerKVCache }
 
-func (kvScorer) Score(_ *CycleState, _ *Request, pods []*Pod, out []float64) {
+func (kvScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) {
 	var sum float64
 	var n int
 	for i, p := range pods {
@@ -163,7 +163,7 @@ type loraScorer struct{}
 
 func (loraScorer) Name() string { return ScorerLoRAAffinity }
 
-func (loraScorer) Score(_ *CycleState, req *Request, pods []*Pod, out []float64) {
+func (loraScorer) Score(_ *cycleState, req *Request, pods []*Pod, out []float64) {
 	if req.Adapter == "" {
 		for i := range out {
 			out[i] = 1
@@ -228,7 +228,7 @@ type prefixScorer struct {
 
 func (*prefixScorer) Name() string { return ScorerPrefix }
 
-func (s *prefixScorer) Score(cs *CycleState, req *Request, pods []*Pod, out []float64) {
+func (s *prefixScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []float64) {
 	n := len(req.BlockHashes)
 	if n == 0 || s.tracker == nil {
 		return // all 0: no signal
@@ -253,7 +253,7 @@ func (s *prefixScorer) Score(cs *CycleState, req *Request, pods []*Pod, out []fl
 
 // prefixMatch returns the candidates' matched block counts, computing them
 // once per cycle for every scorer that needs them.
-func (cs *CycleState) prefixMatch(t *Tracker, req *Request, pods []*Pod) []int {
+func (cs *cycleState) prefixMatch(t *Tracker, req *Request, pods []*Pod) []int {
 	if cs.prefixValid && len(cs.prefixLen) == len(pods) {
 		return cs.prefixLen
 	}
@@ -295,7 +295,7 @@ type latencyScorer struct {
 
 func (*latencyScorer) Name() string { return ScorerPredictedLatency }
 
-func (s *latencyScorer) Score(cs *CycleState, req *Request, pods []*Pod, out []float64) {
+func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []float64) {
 	var matched []int
 	if n := len(req.BlockHashes); n > 0 && s.tracker != nil {
 		matched = cs.prefixMatch(s.tracker, req, pods)

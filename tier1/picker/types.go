@@ -1,14 +1,17 @@
 // Package picker is infergate's endpoint-picking core, shaped like the
-// Gateway API Inference Extension's scheduling framework: Filters narrow the
-// candidate pods, weighted Scorers rate each survivor in [0,1], a Picker
-// ranks them. Scheduling is a pure function of (request, snapshot of pod
-// state, router-side Tracker state), so the same code runs in the Tier 1
-// proxy and in the routing benchmark's virtual time.
+// Gateway API Inference Extension's scheduling framework: filters narrow
+// the candidate pods, weighted scorers rate each survivor in [0,1], a
+// picker ranks them. The plugins are built in; a ProfileConfig names them
+// and sets their weights. Scheduling is a pure function of (request,
+// snapshot of pod state, router-side Tracker state), so the same code runs
+// in the Tier 1 proxy and in the routing benchmark's virtual time. What
+// the caller does with the answer (dispatch, wait, shed) is
+// tier1/admission's.
 //
 // API CONTRACT (used by tier1/gateway, bench and tests; names and
 // signatures are stable, additions are free):
 //
-//	type Request, Pod, Metrics, CycleState; Filter, Scorer, Picker interfaces
+//	type Request, Pod, Metrics
 //
 //	type ProfileConfig  // YAML: base, filters, scorers [{name, weight, enabled, <params>}],
 //	                    // picker, stale_after, max_ranked, saturation
@@ -103,54 +106,37 @@ type Pod struct {
 	InFlightUncachedTokens int
 }
 
-// CycleState is per-request scratch space shared by the plugins of one
-// scheduling cycle (GIE's CycleState). Plugins store values under their own
-// keys.
-type CycleState struct {
-	values map[string]any
-
-	// Built-in plugins share these without boxing (no allocation).
+// cycleState is per-request scratch shared by the plugins of one
+// scheduling cycle (GIE's CycleState), typed so a cycle does not allocate.
+type cycleState struct {
 	cyc         *cycle
 	seed        uint64 // per-cycle random source for tie-breaks
-	maxRanked   int    // Picker output cap, <0 = all
-	out         []*Pod // Picker output buffer (Result.Ranked)
+	maxRanked   int    // ranker output cap, <0 = all
+	out         []*Pod // ranker output buffer (Result.Ranked)
 	prefixValid bool   // prefixLen holds Match results for the candidates
 	prefixLen   []int
 }
 
-func (c *CycleState) reset() {
-	clear(c.values)
-	*c = CycleState{values: c.values}
-}
+func (c *cycleState) reset() { *c = cycleState{} }
 
-// Read returns the value stored under key.
-func (c *CycleState) Read(key string) (any, bool) {
-	v, ok := c.values[key]
-	return v, ok
-}
+// The plugin interfaces are unexported: profiles are built from the
+// plugins named in ProfileConfig only, and there is no registry to add
+// others to. Out-of-tree plugins would need a public registry first.
 
-// Write stores a value under key.
-func (c *CycleState) Write(key string, v any) {
-	if c.values == nil {
-		c.values = make(map[string]any, 4)
-	}
-	c.values[key] = v
-}
-
-// Filter drops pods that cannot serve the request.
-type Filter interface {
+// filter drops pods that cannot serve the request.
+type filter interface {
 	Name() string
-	Filter(cs *CycleState, req *Request, pods []*Pod) []*Pod
+	Filter(cs *cycleState, req *Request, pods []*Pod) []*Pod
 }
 
-// Scorer rates each pod in [0,1]; out has len(pods) and is written in place.
-type Scorer interface {
+// scorer rates each pod in [0,1]; out has len(pods) and is written in place.
+type scorer interface {
 	Name() string
-	Score(cs *CycleState, req *Request, pods []*Pod, out []float64)
+	Score(cs *cycleState, req *Request, pods []*Pod, out []float64)
 }
 
-// Picker orders the scored pods best first.
-type Picker interface {
+// ranker orders the scored pods best first.
+type ranker interface {
 	Name() string
-	Pick(cs *CycleState, req *Request, pods []*Pod, total []float64) []*Pod
+	Pick(cs *cycleState, req *Request, pods []*Pod, total []float64) []*Pod
 }

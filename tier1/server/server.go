@@ -1,7 +1,8 @@
 // Package server assembles Tier 1 — the per-cluster router — from its
 // configuration: the OpenAI-compatible proxy (tier1/gateway), the optional
 // Envoy ext_proc endpoint picker (tier1/extproc) and the optional Consul
-// registration that lets Tier 2 find this cluster (tier1/register).
+// registration that lets Tier 2 find this cluster (tier1/register), plus
+// the /metrics listener (metrics_listen, loopback by default).
 // `infergate tier1` and the local stack (devstack) both build Tier 1
 // through it, so there is one wiring; it mirrors tier2/server.
 package server
@@ -39,6 +40,9 @@ type Options struct {
 	// ShutdownTimeout is the grace period in-flight requests get after
 	// Serve's context ends. Default 30s.
 	ShutdownTimeout time.Duration
+	// MetricsListener, when set, serves /metrics instead of a listener
+	// opened on the config's metrics_listen.
+	MetricsListener net.Listener
 }
 
 // Server is a configured Tier 1, ready to Serve. Close releases it.
@@ -105,6 +109,24 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 		s.log.Info("registering in consul", "consul", s.cfg.Consul.Address, "service", cluster.ServiceName, "id", reg.ID)
 	}
 
+	mln, err := s.metricsListener()
+	if err != nil {
+		return err
+	}
+	metricsDone := make(chan error, 1)
+	if mln != nil {
+		go func() {
+			err := s.gw.ServeMetrics(ctx, mln, s.opts.ShutdownTimeout)
+			if err != nil {
+				s.log.Error("metrics listener failed", "err", err)
+				cancel()
+			}
+			metricsDone <- err
+		}()
+	} else {
+		metricsDone <- nil
+	}
+
 	extProcDone := make(chan error, 1)
 	if extProcLn != nil {
 		srv := extproc.New(s.gw, s.opts.ExtProc)
@@ -119,12 +141,39 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 	} else {
 		extProcDone <- nil
 	}
-	err := s.gw.Serve(ctx, ln, s.opts.ShutdownTimeout)
-	cancel() // the HTTP listener ended: stop the ext_proc server too
+	err = s.gw.Serve(ctx, ln, s.opts.ShutdownTimeout)
+	cancel() // the HTTP listener ended: stop the other listeners too
 	if eerr := <-extProcDone; err == nil && eerr != nil {
 		err = fmt.Errorf("ext_proc: %w", eerr)
 	}
+	if merr := <-metricsDone; err == nil && merr != nil {
+		err = fmt.Errorf("metrics: %w", merr)
+	}
 	return err
+}
+
+// metricsListener opens the /metrics listener: Options.MetricsListener,
+// else the config's metrics_listen ("-": none). The default address is
+// best effort, so that several routers on one host (tests, a laptop) all
+// start; an address set in the config must be free.
+func (s *Server) metricsListener() (net.Listener, error) {
+	if s.opts.MetricsListener != nil {
+		return s.opts.MetricsListener, nil
+	}
+	addr := s.cfg.MetricsListen
+	if addr == "-" || addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if addr == gateway.DefaultMetricsListen {
+			s.log.Warn("metrics listener not started: default address in use; set metrics_listen", "addr", addr, "err", err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("metrics listen: %w", err)
+	}
+	s.log.Info("tier1 metrics listening", "addr", ln.Addr().String())
+	return ln, nil
 }
 
 // Registration builds the Consul registration for a router configured by
@@ -219,3 +268,7 @@ func outboundIP() string {
 
 // DefaultListen is the proxy's listen address when the config names none.
 const DefaultListen = gateway.DefaultListen
+
+// DefaultMetricsListen is where /metrics is served when the config names
+// no metrics_listen: loopback only.
+const DefaultMetricsListen = gateway.DefaultMetricsListen

@@ -1,12 +1,17 @@
 package server
 
 import (
+	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/gateway"
 )
 
@@ -53,5 +58,57 @@ func TestRegistration(t *testing.T) {
 				t.Errorf("registration = %+v", reg)
 			}
 		})
+	}
+}
+
+// /metrics is served on its own listener and no longer on the API port.
+func TestMetricsOnOwnListener(t *testing.T) {
+	var cfg Config
+	yml := "auth: {disabled: true}\npools: [{name: p, model: m}]\npods: [{name: p0, address: \"127.0.0.1:1\", pool: p, engine: vllm}]\n"
+	if err := config.Decode("t.yaml", []byte(yml), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsListen != DefaultMetricsListen || !strings.HasPrefix(DefaultMetricsListen, "127.0.0.1:") {
+		t.Fatalf("metrics_listen default %q is not loopback", cfg.MetricsListen)
+	}
+	api, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := New(ctx, &cfg, Options{MetricsListener: mln, ShutdownTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, api, nil) }()
+	defer func() { cancel(); <-done }()
+
+	get := func(addr string) (int, string) {
+		t.Helper()
+		for i := 0; ; i++ {
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				if i > 200 {
+					t.Fatal(err)
+				}
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, string(b)
+		}
+	}
+	if code, body := get(mln.Addr().String()); code != 200 || !strings.Contains(body, "infergate_") {
+		t.Errorf("metrics listener: %d %.200s", code, body)
+	}
+	if code, _ := get(api.Addr().String()); code != http.StatusNotFound {
+		t.Errorf("API port /metrics: %d, want 404", code)
 	}
 }

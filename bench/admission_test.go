@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/bench/workload"
+	"github.com/infergate/infergate/tier1/admission"
+	"github.com/infergate/infergate/tier1/admission/admissiontest"
+	"github.com/infergate/infergate/tier1/picker"
+)
+
+// The benchmark's router takes the shared table's decisions (tier1/gateway
+// tests the same table against the gateway), so for the same snapshot the
+// benchmark admits, queues and sheds as Tier 1 does.
+func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 2}}}
+	f.SetDefaults()
+	pol := mustPolicy(t, PolicyInfergate)
+	for _, tc := range admissiontest.Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			st := workload.Stream{Duration: time.Second, Requests: []workload.Request{
+				{ID: 1, PromptTokens: 100, OutputTokens: 10, Priority: tc.Priority, Sheddable: tc.Sheddable},
+			}}
+			s, err := newSim(context.Background(), Setup{Name: "t", Fleet: f}, pol, 1, st, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Second
+			s.lastScrape = now
+			for _, p := range s.pods {
+				p.last = picker.Metrics{Waiting: tc.Waiting, KVUsage: tc.KV, HasKV: true}
+			}
+			if tc.Ahead {
+				s.queue.Push(tc.AheadPrio, 99)
+			}
+			if got := s.arrival(now, 0).Action; got != tc.Want {
+				t.Errorf("decision %v, want %v", got, tc.Want)
+			}
+		})
+	}
+}
+
+// With --inputs production the benchmark builds the router's input with
+// admission.Prompt, the function Tier 1's proxy calls on the prompt text
+// (tier1/gateway's TestRouteBuildsInputWithAdmissionPrompt checks the
+// proxy side on the same function).
+func TestProductionInputsUseAdmissionPrompt(t *testing.T) {
+	text := []byte(`[{"role":"user","content":"` + string(slices.Repeat([]byte("tell me a story "), 40)) + `"}]`)
+	w := &workload.Request{ID: 3, PromptTokens: 7, BlockHashes: []uint64{1, 2}, OutputTokens: 5}
+	got, err := schedInput(w, "llama-3.1-8b", 0, Options{Inputs: InputsProduction,
+		Text: func(*workload.Request) []byte { return text }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &picker.Request{Model: "llama-3.1-8b"}
+	admission.Prompt(want, "", text)
+	if !slices.Equal(got.BlockHashes, want.BlockHashes) || got.PromptTokens != want.PromptTokens || len(want.BlockHashes) == 0 {
+		t.Fatalf("bench input %d tokens %v, admission.Prompt %d tokens %v", got.PromptTokens, got.BlockHashes, want.PromptTokens, want.BlockHashes)
+	}
+	// The default keeps the engine's own counts (published numbers).
+	eng, err := schedInput(w, "llama-3.1-8b", 0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eng.PromptTokens != 7 || !slices.Equal(eng.BlockHashes, []uint64{1, 2}) {
+		t.Fatalf("engine inputs: %d tokens %v", eng.PromptTokens, eng.BlockHashes)
+	}
+	if _, err := schedInput(w, "m", 0, Options{Inputs: InputsProduction}); err == nil {
+		t.Error("production inputs without text accepted")
+	}
+}
+
+// Sheddable requests are shed at once under saturation and critical ones
+// go ahead of standard ones, in a whole run through the admission code.
+func TestPriorityScenarioShedsAndPrioritizes(t *testing.T) {
+	sc, err := scenario.Get("priority-mix-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := sc.Stream(1)
+	st.Requests = slices.DeleteFunc(st.Requests, func(r workload.Request) bool { return r.Arrival > 60*time.Second })
+	st.Duration = 60 * time.Second
+	run, err := Run(context.Background(), Setup{Name: sc.Name, Fleet: sc.Fleet}, mustPolicy(t, PolicyGIEDefault), 1, st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shed, crit int
+	for _, r := range st.Requests {
+		if r.Sheddable {
+			shed++
+		}
+		if r.Priority > 0 {
+			crit++
+		}
+	}
+	if shed == 0 || crit == 0 {
+		t.Fatalf("scenario has %d sheddable, %d critical requests", shed, crit)
+	}
+	if run.Shed == 0 || run.Shed > shed {
+		t.Errorf("shed %d of %d sheddable requests", run.Shed, shed)
+	}
+	if run.Completed+run.Failed+run.Shed != run.Requests {
+		t.Errorf("completed %d + failed %d + shed %d != %d", run.Completed, run.Failed, run.Shed, run.Requests)
+	}
+}

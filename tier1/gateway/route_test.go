@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/tier1/admission"
+	"github.com/infergate/infergate/tier1/admission/admissiontest"
+	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/prefix"
+)
+
+// The gateway takes the shared table's decisions (bench tests the same
+// table against the benchmark's router).
+func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
+	pods := []*fakePod{newFakePod(t, "p0"), newFakePod(t, "p1")}
+	// Metrics never go stale here: a slow scrape on a loaded machine must
+	// not turn an idle snapshot into a saturated one.
+	e := newEnv(t, pods, "scheduler: {stale_after: 1h}\n")
+	for _, tc := range admissiontest.Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			for _, p := range pods {
+				p.set(func(p *fakePod) { p.waiting, p.kv = tc.Waiting, tc.KV })
+			}
+			e.waitMetrics(t, tc.Waiting, tc.KV)
+			st := e.gw.state.Load()
+			pool := st.pools["llama-pool"]
+			req := &picker.Request{ID: "x", Model: "llama", BaseModel: "llama", Pool: "llama-pool",
+				Priority: tc.Priority, Sheddable: tc.Sheddable}
+			if tc.Ahead {
+				w, _ := pool.queue.enter(tc.AheadPrio, 10)
+				defer pool.queue.leave(w)
+			}
+			cb := &cycleBuf{}
+			if got := e.gw.arrival(st, pool, req, cb).Action; got != tc.Want {
+				t.Errorf("decision %v, want %v", got, tc.Want)
+			}
+		})
+	}
+}
+
+// waitMetrics waits until the scraper reports the given state for every pod.
+func (e *env) waitMetrics(t *testing.T, waiting int, kv float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok := true
+		for name := range e.pods {
+			ps, found := e.gw.scraper.Get(name)
+			if !found || ps.Metrics.Waiting != waiting || ps.Metrics.KVUsage != kv {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pods never reported waiting=%d kv=%g", waiting, kv)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The proxy's scheduling input is admission.Prompt on the prompt text
+// (the function bench calls with --inputs production), and equals the
+// production hashing: prefix.Hash seeded with the model and cache_salt.
+func TestRouteBuildsInputWithAdmissionPrompt(t *testing.T) {
+	pod := newFakePod(t, "p0")
+	e := newEnv(t, []*fakePod{pod}, "")
+	st := e.gw.state.Load()
+	text := []byte(`[{"role":"user","content":"` + string(slices.Repeat([]byte("tell me a story "), 40)) + `"}]`)
+	body := `{"model":"llama","cache_salt":"s1","messages":` + string(text) + `}`
+	cb := &cycleBuf{}
+	req, _, rf := e.gw.route(t.Context(), st, routeInput{ep: epChat, data: []byte(body)}, cb)
+	if rf != nil {
+		t.Fatalf("refused: %+v", rf)
+	}
+	parsed, err := parseBody(epChat, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := parsed.promptBytes(epChat)
+	want := &picker.Request{Model: "llama"}
+	admission.Prompt(want, "s1", prompt)
+	if !slices.Equal(req.BlockHashes, want.BlockHashes) || req.PromptTokens != want.PromptTokens || len(want.BlockHashes) == 0 {
+		t.Fatalf("proxy input %d tokens %d hashes, admission.Prompt %d tokens %d hashes",
+			req.PromptTokens, len(req.BlockHashes), want.PromptTokens, len(want.BlockHashes))
+	}
+	direct := prefix.Hash("llama\x00s1", prompt, prefix.DefaultBlockBytes, prefix.DefaultPromptBlocks, nil)
+	if !slices.Equal(direct, want.BlockHashes) || want.PromptTokens != len(prompt)/4 {
+		t.Fatal("admission.Prompt differs from prefix.Hash seeded with model and cache_salt")
+	}
+}
