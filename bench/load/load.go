@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -60,8 +61,18 @@ type Options struct {
 	// counted; default 5000 (the open-file limit is the bound).
 	MaxInFlight int
 	// CPUProfile, when set, is written with a CPU profile of the Tier 1
-	// process taken over its phases at the highest rate.
+	// process taken over its phases at ProfileRate.
 	CPUProfile string
+	// ProfileRate is the rate profiled; default the highest.
+	ProfileRate float64
+	// Idle is how long Tier 1's CPU use is measured with no load before
+	// the first rate (it scrapes the pods all the time); the per-request
+	// CPU figures subtract it. Default 5s.
+	Idle time.Duration
+	// Settle is a pause after every phase, so that work a phase left
+	// behind in Tier 1 (requests whose client already gave up) is not
+	// counted in the next; default 1s, negative for none.
+	Settle time.Duration
 	// Progress, when set, gets a line per finished phase.
 	Progress io.Writer
 }
@@ -94,20 +105,36 @@ func (o *Options) defaults() {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 5000
 	}
+	if o.Idle <= 0 {
+		o.Idle = 5 * time.Second
+	}
+	if o.Settle == 0 {
+		o.Settle = time.Second
+	}
+	if o.ProfileRate == 0 {
+		for _, r := range o.Rates {
+			o.ProfileRate = max(o.ProfileRate, r)
+		}
+	}
 }
 
 // Report is the whole run.
 type Report struct {
-	Start       time.Time
-	Pods        int
-	StreamPct   int
-	BodyBytes   int
-	Duration    time.Duration // per path per rate
-	Rounds      int
-	Rates       []RateResult
-	PeakRSS     int64   // Tier 1's VmHWM at the end, bytes
+	Start     time.Time
+	Pods      int
+	StreamPct int
+	BodyBytes int
+	Duration  time.Duration // per path per rate
+	Rounds    int
+	Rates     []RateResult
+	PeakRSS   int64 // Tier 1's VmHWM at the end, bytes
+	// IdleCores is Tier 1's CPU use with no load (scraping every pod),
+	// in cores, measured for Options.Idle before the first rate.
+	IdleCores   float64
+	IdleRSS     int64   // Tier 1's VmRSS then, bytes
 	Crossing    float64 // first rate whose p99 added latency > 5 ms; 0 if none
 	ProfileFile string  `json:",omitempty"`
+	ProfileRate float64 `json:",omitempty"`
 }
 
 // RateResult is one arrival rate, both paths.
@@ -119,10 +146,11 @@ type RateResult struct {
 	// AddedP50 and AddedP99 are Tier 1 minus direct at each quantile.
 	AddedP50, AddedP99 time.Duration
 	// Tier1CPU is the Tier 1 process's CPU time during its phases;
-	// Tier1IdleCPU is its CPU time during the direct phases (scraping the
-	// pods, nothing else), scaled to the same wall time; the per-request
-	// figures subtract it.
-	Tier1CPU, Tier1IdleCPU time.Duration
+	// Tier1IdleCPU is Report.IdleCores over the same wall time (what it
+	// spends scraping the pods, load or not); the per-request figures
+	// subtract it. DirectPhaseCPU is its CPU time during the direct
+	// phases, for comparison with Tier1IdleCPU.
+	Tier1CPU, Tier1IdleCPU, DirectPhaseCPU time.Duration
 	// CPUPer1k is (Tier1CPU - Tier1IdleCPU) per 1,000 OK requests;
 	// GrossCPUPer1k without subtracting the idle part.
 	CPUPer1k, GrossCPUPer1k time.Duration
@@ -217,6 +245,9 @@ func (c *child) stop() {
 // Run runs the benchmark.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
+	if o.CPUProfile != "" && !slices.Contains(o.Rates, o.ProfileRate) {
+		return nil, fmt.Errorf("load: profile rate %g is not one of the rates %v", o.ProfileRate, o.Rates)
+	}
 	rep := &Report{Start: time.Now().UTC(), Pods: o.Pods, StreamPct: o.StreamPercent, BodyBytes: BodyBytes,
 		Duration: o.Duration, Rounds: o.Rounds}
 
@@ -274,18 +305,34 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
-	top := o.Rates[0]
-	for _, r := range o.Rates {
-		top = max(top, r)
+	// Tier 1's own background cost: scraping every pod, no requests.
+	c0, err := ProcCPU(pid)
+	if err != nil {
+		return nil, err
 	}
+	w0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(o.Idle):
+	}
+	c1, err := ProcCPU(pid)
+	if err != nil {
+		return nil, err
+	}
+	rep.IdleCores = (c1 - c0).Seconds() / time.Since(w0).Seconds()
+	if m, err := ReadProcMem(pid); err == nil {
+		rep.IdleRSS = m.RSS
+	}
+
 	profiled := false
 	for _, rate := range o.Rates {
 		rr := RateResult{Rate: rate}
 		rr.LoadAvg[0] = LoadAvg()
 		var dl, tl []time.Duration
 		var t1CPU, idleCPU time.Duration
-		var t1Wall, idleWall time.Duration
-		profile := o.CPUProfile != "" && rate == top && !profiled
+		var t1Wall time.Duration
+		profile := o.CPUProfile != "" && rate == o.ProfileRate && !profiled
 		for round := 0; round < o.Rounds; round++ {
 			order := []bool{false, true} // false: direct, true: via Tier 1
 			if round%2 == 1 {
@@ -325,14 +372,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				} else {
 					rr.Direct.add(res, &dl)
 					idleCPU += c1 - c0
-					idleWall += wall
 				}
 				if viaT1 && profile && round == o.Rounds-1 {
 					if err := t1.command("profile-stop"); err != nil {
 						return nil, err
 					}
 					profiled = true
-					rep.ProfileFile = o.CPUProfile
+					rep.ProfileFile, rep.ProfileRate = o.CPUProfile, rate
+				}
+				if o.Settle > 0 {
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(o.Settle):
+					}
 				}
 				if o.Progress != nil {
 					name := "direct"
@@ -358,9 +411,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rr.AddedP50 = rr.Tier1.Latency.P50 - rr.Direct.Latency.P50
 		rr.AddedP99 = rr.Tier1.Latency.P99 - rr.Direct.Latency.P99
 		rr.Tier1CPU = t1CPU
-		if idleWall > 0 {
-			rr.Tier1IdleCPU = time.Duration(float64(idleCPU) * t1Wall.Seconds() / idleWall.Seconds())
-		}
+		rr.DirectPhaseCPU = idleCPU
+		rr.Tier1IdleCPU = time.Duration(rep.IdleCores * float64(t1Wall))
 		if rr.Tier1.OK > 0 {
 			rr.GrossCPUPer1k = time.Duration(float64(t1CPU) * 1000 / float64(rr.Tier1.OK))
 			rr.CPUPer1k = time.Duration(float64(max(t1CPU-rr.Tier1IdleCPU, 0)) * 1000 / float64(rr.Tier1.OK))

@@ -43,6 +43,8 @@ func TestRunTiny(t *testing.T) {
 		Duration:    time.Second,
 		Pods:        10,
 		Warmup:      -1,
+		Idle:        200 * time.Millisecond,
+		Settle:      -1,
 		CPUProfile:  prof,
 		Progress:    &progress,
 		MaxInFlight: 1000,

@@ -30,7 +30,8 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	} else {
 		fmt.Fprintln(w, "p99 added latency stayed at or below 5 ms at every rate.")
 	}
-	fmt.Fprintf(w, "Tier 1 peak RSS: %.1f MiB.\n", float64(r.PeakRSS)/(1<<20))
+	fmt.Fprintf(w, "Tier 1 with no load (scraping %d pods): %.2f cores, RSS %.1f MiB. Peak RSS: %.1f MiB.\n",
+		r.Pods, r.IdleCores, float64(r.IdleRSS)/(1<<20), float64(r.PeakRSS)/(1<<20))
 	for _, x := range r.Rates {
 		for _, p := range []struct {
 			name string
@@ -42,6 +43,6 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		}
 	}
 	if r.ProfileFile != "" {
-		fmt.Fprintf(w, "Tier 1 CPU profile at the highest rate: %s (go tool pprof -top %s)\n", r.ProfileFile, r.ProfileFile)
+		fmt.Fprintf(w, "Tier 1 CPU profile at %g req/s: %s (go tool pprof -top %s)\n", r.ProfileRate, r.ProfileFile, r.ProfileFile)
 	}
 }

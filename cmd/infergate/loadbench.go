@@ -33,7 +33,10 @@ func runLoadbench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		warmup    = fs.Duration("warmup", 2*time.Second, "unrecorded load on both paths first (0 = none)")
 		timeout   = fs.Duration("timeout", 10*time.Second, "per-request timeout")
 		inFlight  = fs.Int("max-in-flight", 5000, "in-flight requests per phase; later arrivals are dropped and counted")
-		cpuprof   = fs.String("cpuprofile", "", "write a CPU profile of the Tier 1 process during the highest rate to this file")
+		cpuprof   = fs.String("cpuprofile", "", "write a CPU profile of the Tier 1 process during its phases at --profile-rate to this file")
+		profRate  = fs.Float64("profile-rate", 0, "the rate --cpuprofile covers (default the highest of --rates)")
+		idle      = fs.Duration("idle", 5*time.Second, "measure Tier 1's CPU with no load (scraping only) this long first")
+		settle    = fs.Duration("settle", time.Second, "pause after every phase (0 = none)")
 		jsonOut   = fs.String("json-out", "", "also write the JSON report to this file")
 	)
 	fs.Usage = func() {
@@ -71,7 +74,10 @@ func runLoadbench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	o := load.Options{
 		Command: []string{exe, "loadbench"}, Rates: rs, Duration: *duration, Rounds: *rounds, Pods: *pods,
 		StreamPercent: *streamPct, Warmup: *warmup, Timeout: *timeout, MaxInFlight: *inFlight,
-		CPUProfile: *cpuprof, Progress: stderr,
+		CPUProfile: *cpuprof, ProfileRate: *profRate, Idle: *idle, Settle: *settle, Progress: stderr,
+	}
+	if *settle == 0 {
+		o.Settle = -1
 	}
 	if *streamPct == 0 {
 		o.StreamPercent = -1 // the package's zero means its default
