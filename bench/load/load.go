@@ -61,7 +61,8 @@ type Options struct {
 	// counted; default 5000 (the open-file limit is the bound).
 	MaxInFlight int
 	// CPUProfile, when set, is written with a CPU profile of the Tier 1
-	// process taken over its phases at ProfileRate.
+	// process taken over its phases at ProfileRate, and CPUProfile+".mutex"
+	// with the lock contention sampled over the same time.
 	CPUProfile string
 	// ProfileRate is the rate profiled; default the highest.
 	ProfileRate float64

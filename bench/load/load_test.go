@@ -74,8 +74,10 @@ func TestRunTiny(t *testing.T) {
 	if rep.PeakRSS <= 0 {
 		t.Error("Tier 1 peak RSS not read")
 	}
-	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
-		t.Errorf("CPU profile not written: %v", err)
+	for _, f := range []string{prof, prof + ".mutex"} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s not written: %v", f, err)
+		}
 	}
 	var md strings.Builder
 	rep.WriteMarkdown(&md)

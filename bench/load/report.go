@@ -44,6 +44,6 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		}
 	}
 	if r.ProfileFile != "" {
-		fmt.Fprintf(w, "Tier 1 CPU profile at %g req/s: %s (go tool pprof -top %s)\n", r.ProfileRate, r.ProfileFile, r.ProfileFile)
+		fmt.Fprintf(w, "Tier 1 CPU profile at %g req/s: %s (go tool pprof -top %s), lock contention in %s.mutex\n", r.ProfileRate, r.ProfileFile, r.ProfileFile, r.ProfileFile)
 	}
 }
