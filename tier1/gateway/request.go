@@ -156,9 +156,7 @@ var hopHeaders = []string{
 // isInternal reports whether a canonical header key is one of the routing
 // headers clients must not set: a client could otherwise pick its own pod
 // (x-gateway-destination-endpoint) or priority.
-func isInternal(key string) bool {
-	return strings.HasPrefix(key, "X-Infergate-") || strings.HasPrefix(key, "X-Gateway-")
-}
+func isInternal(key string) bool { return IsInternalHeader(key) }
 
 // upstreamHeaders returns the headers to send to a pod: the client's minus
 // hop-by-hop, internal and credential headers.
