@@ -7,7 +7,7 @@ PKGS := ./...
 TOOLS_BIN ?= $(HOME)/.cache/infergate/bin
 export PATH := $(TOOLS_BIN):$(PATH)
 
-.PHONY: all build test unit lint run bench tools services
+.PHONY: all build test unit lint run bench tools services fuzz fuzz-smoke
 
 all: build
 
@@ -17,10 +17,19 @@ build:
 ## test: everything CI checks (lint, unit, integration, deploy checks).
 test: tools lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(MAKE) fuzz-smoke
 
 ## unit: the fast Go tests only.
 unit:
 	$(GO) test -count=1 -short $(PKGS)
+
+## fuzz: every fuzz target in the module, FUZZTIME (default 30s) each.
+fuzz:
+	./scripts/fuzz.sh
+
+## fuzz-smoke: every fuzz target for 2s (part of `make test`).
+fuzz-smoke:
+	FUZZTIME=2s ./scripts/fuzz.sh
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
