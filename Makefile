@@ -7,7 +7,7 @@ PKGS := ./...
 TOOLS_BIN ?= $(HOME)/.cache/infergate/bin
 export PATH := $(TOOLS_BIN):$(PATH)
 
-.PHONY: all build test unit check lint run bench tools services
+.PHONY: all build test unit check lint run bench tools services fuzz fuzz-smoke
 # Concurrent packages (limiter, tracker, scraper, stores, discovery): make
 # test runs their tests under the race detector.
 RACE_PKGS := ./tier1/gateway ./tier1/picker ./tier1/scrape ./tier1/extproc ./tier2/ratelimit ./tier2/tenant ./tier2/discovery ./tier2/gateway ./tier2/route
@@ -22,6 +22,7 @@ build:
 test: tools lint
 	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(RACE_PKGS),-e github.com/infergate/infergate/$(patsubst ./%,%,$(p))))
+	$(MAKE) fuzz-smoke
 
 ## unit: the fast Go tests only.
 unit:
@@ -31,6 +32,14 @@ unit:
 ## staticcheck and the short tests under the race detector.
 check: lint
 	$(GO) test -count=1 -short -race $(PKGS)
+
+## fuzz: every fuzz target in the module, FUZZTIME (default 30s) each.
+fuzz:
+	./scripts/fuzz.sh
+
+## fuzz-smoke: every fuzz target for 2s (part of `make test`).
+fuzz-smoke:
+	FUZZTIME=2s ./scripts/fuzz.sh
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,6 +23,15 @@ import (
 
 // MooncakeBlockTokens is the token span of one Mooncake hash id.
 const MooncakeBlockTokens = 512
+
+// MaxTokens bounds a request's prompt or output length in a trace; longer
+// (or negative) lengths are errors. It keeps a bad row from allocating
+// gigabytes of block hashes or overflowing token sums.
+const MaxTokens = 10_000_000
+
+// maxArrival bounds a timestamp (as an offset) so scaling and rebasing
+// never overflow time.Duration: about 29 years.
+const maxArrival = time.Duration(1) << 59
 
 // Options shape a loaded trace.
 type Options struct {
@@ -87,6 +97,13 @@ func ReadMooncake(r io.Reader, opts Options) (workload.Stream, error) {
 			return workload.Stream{}, fmt.Errorf("mooncake line %d: missing timestamp, input_length or output_length", line)
 		}
 		in := *rec.InputLength
+		if err := checkTokens(in, *rec.OutputLength); err != nil {
+			return workload.Stream{}, fmt.Errorf("mooncake line %d: %w", line, err)
+		}
+		ts := *rec.Timestamp
+		if !(ts >= 0 && ts*float64(time.Millisecond) < float64(maxArrival)) {
+			return workload.Stream{}, fmt.Errorf("mooncake line %d: timestamp %v ms out of range", line, ts)
+		}
 		const sub = MooncakeBlockTokens / workload.BlockSize
 		content := make([]uint64, 0, len(rec.HashIDs)*sub)
 		for _, id := range rec.HashIDs {
@@ -95,7 +112,7 @@ func ReadMooncake(r io.Reader, opts Options) (workload.Stream, error) {
 			}
 		}
 		reqs = append(reqs, workload.Request{
-			Arrival:      time.Duration(*rec.Timestamp * float64(time.Millisecond)),
+			Arrival:      time.Duration(ts * float64(time.Millisecond)),
 			PromptTokens: in,
 			OutputTokens: *rec.OutputLength,
 			BlockHashes:  workload.Chain(content),
@@ -151,11 +168,20 @@ func ReadAzure(r io.Reader, opts Options) (workload.Stream, error) {
 		if err := errors.Join(err1, err2); err != nil {
 			return workload.Stream{}, fmt.Errorf("azure row %d: %w", row, err)
 		}
+		if err := checkTokens(in, out); err != nil {
+			return workload.Stream{}, fmt.Errorf("azure row %d: %w", row, err)
+		}
 		if len(reqs) == 0 {
 			t0 = ts
 		}
+		// Rows need not be in order, but every offset from the first must
+		// fit; Sub saturates rather than overflowing.
+		off := ts.Sub(t0)
+		if off <= -maxArrival || off >= maxArrival {
+			return workload.Stream{}, fmt.Errorf("azure row %d: timestamp %v too far from the first row's", row, ts)
+		}
 		reqs = append(reqs, workload.Request{
-			Arrival:      ts.Sub(t0),
+			Arrival:      off,
 			PromptTokens: in,
 			OutputTokens: out,
 			Session:      -1,
@@ -182,9 +208,20 @@ func parseAzureTime(s string) (time.Time, error) {
 		}
 	}
 	if f, err := strconv.ParseFloat(s, 64); err == nil { // seconds
+		// NaN, Inf and values past 2262 do not fit Unix nanoseconds.
+		if math.IsNaN(f) || math.Abs(f) >= math.MaxInt64/float64(time.Second) {
+			return time.Time{}, fmt.Errorf("timestamp %q out of range", s)
+		}
 		return time.Unix(0, int64(f*float64(time.Second))), nil
 	}
 	return time.Time{}, fmt.Errorf("bad timestamp %q", s)
+}
+
+func checkTokens(in, out int) error {
+	if in < 0 || out < 0 || in > MaxTokens || out > MaxTokens {
+		return fmt.Errorf("token lengths %d, %d outside [0, %d]", in, out, MaxTokens)
+	}
+	return nil
 }
 
 // finish sorts, rebases, scales, clamps and numbers the requests.
@@ -195,7 +232,7 @@ func finish(reqs []workload.Request, opts Options) (workload.Stream, error) {
 	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].Arrival < reqs[j].Arrival })
 	t0 := reqs[0].Arrival
 	scale := opts.RateScale
-	if scale <= 0 {
+	if !(scale > 0) || math.IsInf(scale, 1) { // also NaN
 		scale = 1
 	}
 	out := reqs[:0]
@@ -215,7 +252,7 @@ func finish(reqs []workload.Request, opts Options) (workload.Stream, error) {
 		}
 		if m := opts.MaxTotalTokens; m > 0 && r.PromptTokens+r.OutputTokens > m {
 			r.OutputTokens = max(1, min(r.OutputTokens, m/4))
-			r.PromptTokens = min(r.PromptTokens, m-r.OutputTokens)
+			r.PromptTokens = max(1, min(r.PromptTokens, m-r.OutputTokens)) // m < 2 cannot fit both
 		}
 		// Only full blocks of the (possibly clamped) prompt are hashed.
 		if nb := r.PromptTokens / workload.BlockSize; len(r.BlockHashes) > nb {

@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/ratelimit"
 	"github.com/infergate/infergate/tier2/tenant"
 )
@@ -60,6 +61,36 @@ type BreakerReporter interface {
 	Breakers() []BreakerState
 }
 
+// ClusterRegistry says which clusters discovery knows, so overrides are not
+// set for a mistyped name; Tier 2's server adapts its discovery to it.
+type ClusterRegistry interface {
+	KnownCluster(name string) bool
+}
+
+// ClusterLister lists the discovered clusters; *discovery.Discovery
+// implements it.
+type ClusterLister interface {
+	Clusters() []discovery.Cluster
+}
+
+// DiscoveryClusters adapts discovery's cluster list to a ClusterRegistry:
+// a cluster is known while some discovered instance carries its name.
+func DiscoveryClusters(l ClusterLister) ClusterRegistry { return discoveryClusters{l} }
+
+type discoveryClusters struct{ l ClusterLister }
+
+func (d discoveryClusters) KnownCluster(name string) bool {
+	for _, c := range d.l.Clusters() {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxBodyBytes bounds an admin request body; a larger one gets 413.
+const MaxBodyBytes = 1 << 20
+
 // Options configure the admin server.
 type Options struct {
 	Store Store
@@ -70,6 +101,9 @@ type Options struct {
 	Token string
 	// Breakers is optional.
 	Breakers BreakerReporter
+	// Clusters, when set, makes PUT /clusters/:name/override answer 404 for
+	// a cluster discovery does not know (unless ?force=true).
+	Clusters ClusterRegistry
 	Logger   *slog.Logger
 }
 
@@ -193,8 +227,7 @@ func writeError(w http.ResponseWriter, ae *apiError) {
 // comparison constant-time even when lengths differ.
 func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		h := c.Request().Header.Get("Authorization")
-		tok, ok := strings.CutPrefix(h, "Bearer ")
+		tok, ok := bearerToken(c.Request().Header.Get("Authorization"))
 		sum := sha256.Sum256([]byte(tok))
 		if !ok || s.opts.Token == "" || subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="infergate-admin"`)
@@ -204,12 +237,44 @@ func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// decode reads a JSON body strictly; unknown fields and type mismatches
-// become 400s naming the field.
+// bearerToken returns the credential of a "Bearer" Authorization header.
+// The scheme is case-insensitive (RFC 7235 section 2.1) and may be followed
+// by more than one space.
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimLeft(tok, " ")
+	return tok, tok != ""
+}
+
+// decode reads a JSON body strictly: unknown fields and type mismatches
+// become 400s naming the field, anything after the JSON value is a 400, and
+// a body over MaxBodyBytes is a 413.
 func decode(c echo.Context, v any) error {
-	dec := json.NewDecoder(io.LimitReader(c.Request().Body, 1<<20))
+	tooLarge := errf(http.StatusRequestEntityTooLarge, "body_too_large", "", "request body over %d bytes", MaxBodyBytes)
+	if c.Request().ContentLength > MaxBodyBytes {
+		return tooLarge
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	err := dec.Decode(v)
+	if err == nil {
+		// One value only: "{...}{...}" or "{...} x" would otherwise apply
+		// the first document and silently drop the rest.
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = terr
+			if err == nil {
+				return errf(http.StatusBadRequest, "invalid_json", "", "unexpected data after the JSON body")
+			}
+		}
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return tooLarge
+	}
+	if err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
 		switch {
@@ -381,9 +446,6 @@ func (s *Server) createKey(c echo.Context) error {
 			return err
 		}
 	}
-	if len(req.Name) > 128 {
-		return errf(http.StatusBadRequest, "invalid_field", "name", "name: at most 128 characters")
-	}
 	raw, info, err := s.opts.Store.CreateKey(c.Request().Context(), t.ID, req.Name)
 	if err != nil {
 		return err
@@ -425,10 +487,18 @@ func (s *Server) putOverride(c echo.Context) error {
 	if err := decode(c, &o); err != nil {
 		return err
 	}
-	if err := s.opts.Store.SetOverride(c.Request().Context(), c.Param("name"), o); err != nil {
+	// An override for a mistyped name would be stored and silently never
+	// apply. force=true lets an operator prepare one (say, drain) for a
+	// cluster that has not registered yet.
+	name := c.Param("name")
+	// Invalid names fall through to the store's 400.
+	if s.opts.Clusters != nil && tenant.ValidID(name) && !s.opts.Clusters.KnownCluster(name) && c.QueryParam("force") != "true" {
+		return errf(http.StatusNotFound, "cluster_not_found", "name", "cluster %q is not known to discovery (add ?force=true to set an override for it anyway)", name)
+	}
+	if err := s.opts.Store.SetOverride(c.Request().Context(), name, o); err != nil {
 		return err
 	}
-	s.opts.Logger.Info("admin: cluster override set", "cluster", c.Param("name"), "drain", o.Drain)
+	s.opts.Logger.Info("admin: cluster override set", "cluster", name, "drain", o.Drain)
 	return c.JSON(http.StatusOK, o)
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -321,17 +322,23 @@ func fromConsul(entries []*api.ServiceEntry, log *slog.Logger) []Cluster {
 			addr = e.Node.Address
 		}
 		meta := s.Meta
-		scheme := meta[cluster.MetaScheme]
-		if scheme == "" {
-			scheme = "http"
+		address, ok := consulAddress(meta[cluster.MetaScheme], addr, s.Port)
+		if !ok {
+			log.Warn("skipping tier1 instance with an unusable address", "service", s.ID,
+				"scheme", meta[cluster.MetaScheme], "address", addr, "port", s.Port)
+			continue
 		}
 		c := Cluster{
 			ID:       s.ID,
 			Name:     meta[cluster.MetaCluster],
 			Region:   meta[cluster.MetaRegion],
-			Address:  scheme + "://" + net.JoinHostPort(addr, strconv.Itoa(s.Port)),
+			Address:  address,
 			CostUnit: meta[cluster.MetaCostUnit],
 			Pricing:  meta[cluster.MetaPricing],
+		}
+		if c.CostUnit != "" && c.CostUnit != cluster.CostPerGPUHour && c.CostUnit != cluster.CostPerMTok {
+			log.Warn("ignoring unknown cost_unit in consul metadata", "service", s.ID, "cost_unit", c.CostUnit)
+			c.CostUnit = ""
 		}
 		if c.Name == "" {
 			c.Name = s.ID
@@ -345,7 +352,7 @@ func fromConsul(entries []*api.ServiceEntry, log *slog.Logger) []Cluster {
 		}
 		if v := meta[cluster.MetaCost]; v != "" {
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 {
+			if err != nil || !(f >= 0) || math.IsInf(f, 1) { // NaN fails f >= 0
 				log.Warn("ignoring bad cost in consul metadata", "service", s.ID, "cost", v)
 			} else {
 				c.Cost = f
@@ -366,6 +373,26 @@ func fromConsul(entries []*api.ServiceEntry, log *slog.Logger) []Cluster {
 		out = append(out, c)
 	}
 	return out
+}
+
+// consulAddress builds a registration's base URL, or reports false when
+// the scheme is not http(s), the port is out of range or the result does not
+// parse back to just a host (an IPv6 zone is escaped, not dropped).
+func consulAddress(scheme, host string, port int) (string, bool) {
+	scheme = strings.ToLower(scheme)
+	if scheme == "" {
+		scheme = "http"
+	}
+	if (scheme != "http" && scheme != "https") || port <= 0 || port > 65535 || host == "" {
+		return "", false
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+	s := u.String()
+	back, err := url.Parse(s)
+	if err != nil || back.Host != u.Host || back.Path != "" || back.RawQuery != "" || back.Fragment != "" || back.User != nil {
+		return "", false
+	}
+	return s, true
 }
 
 func normalise(cs []Cluster) []Cluster {

@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	if adminToken != "" {
 		s.admin = admin.New(admin.Options{Store: s.store, Limiter: s.limiter, Token: adminToken,
-			Breakers: breakerReporter{s.router}, Logger: log.With("component", "admin")})
+			Breakers: breakerReporter{s.router}, Clusters: admin.DiscoveryClusters(s.disc), Logger: log.With("component", "admin")})
 	}
 	return s, nil
 }

@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -234,17 +235,41 @@ func parsePEMPublicKey(data []byte) (crypto.PublicKey, error) {
 	if block == nil {
 		return nil, errors.New("no PEM block")
 	}
+	var key any
+	var err error
 	switch block.Type {
 	case "CERTIFICATE":
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
+		var c *x509.Certificate
+		if c, err = x509.ParseCertificate(block.Bytes); err == nil {
+			key = c.PublicKey
 		}
-		return c.PublicKey, nil
 	case "RSA PUBLIC KEY":
-		return x509.ParsePKCS1PublicKey(block.Bytes)
+		key, err = x509.ParsePKCS1PublicKey(block.Bytes)
 	default:
-		return x509.ParsePKIXPublicKey(block.Bytes)
+		key, err = x509.ParsePKIXPublicKey(block.Bytes)
+	}
+	if err != nil {
+		// x509 returns typed nil keys with its errors; return a plain nil.
+		return nil, err
+	}
+	return signingKey(key)
+}
+
+// signingKey accepts the key types JWTs are verified with, so a configured
+// key that could never verify anything (an X25519 key, a toy RSA modulus)
+// fails at startup instead of refusing every token later.
+func signingKey(key any) (crypto.PublicKey, error) {
+	switch k := key.(type) {
+	case *rsa.PublicKey:
+		// crypto/rsa refuses to verify with moduli under 1024 bits.
+		if k.N == nil || k.N.BitLen() < 1024 || k.E < 3 || k.E%2 == 0 {
+			return nil, errors.New("rsa key: modulus under 1024 bits or bad exponent")
+		}
+		return k, nil
+	case *ecdsa.PublicKey, ed25519.PublicKey:
+		return k, nil
+	default:
+		return nil, fmt.Errorf("unsupported key type %T (want RSA, ECDSA or Ed25519)", key)
 	}
 }
 
@@ -295,7 +320,11 @@ func (k jwk) publicKey() (crypto.PublicKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("e: %w", err)
 		}
-		return &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}, nil
+		// An exponent over 4 bytes would wrap in the int conversion.
+		if len(bytes.TrimLeft(e, "\x00")) > 4 {
+			return nil, errors.New("e: too large")
+		}
+		return signingKey(&rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())})
 	case "EC":
 		var curve elliptic.Curve
 		switch k.Crv {

@@ -371,6 +371,9 @@ const keyPrefix = "ig-"
 // CreateKey makes a new API key for a tenant. The raw key is returned once;
 // only its SHA-256 is stored.
 func (s *Store) CreateKey(ctx context.Context, tenantID, name string) (string, KeyInfo, error) {
+	if !ValidName(name, MaxNameLen) {
+		return "", KeyInfo{}, &FieldError{"name", fmt.Sprintf("at most %d characters, no control characters", MaxNameLen)}
+	}
 	if _, ok := s.Tenant(tenantID); !ok {
 		if err := s.Reload(ctx); err != nil {
 			return "", KeyInfo{}, err

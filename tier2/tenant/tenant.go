@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"sort"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Policy says how Tier 2 picks a cluster for a tenant's requests.
@@ -100,6 +102,30 @@ var idRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 // set keeps IDs safe inside Redis key names and hash tags.
 func ValidID(s string) bool { return idRE.MatchString(s) }
 
+// MaxNameLen bounds free-form names (a tenant's display name and region, an
+// API key's name) in characters; MaxModelLen bounds a model name in
+// model_limits. Names are stored in Redis and echoed in every listing, so an
+// unbounded one (a 1 MB name was once accepted) costs every reader.
+const (
+	MaxNameLen  = 128
+	MaxModelLen = 256
+)
+
+// ValidName reports whether s is a usable free-form name: valid UTF-8, at
+// most max characters, and no control or format characters (which would
+// break log lines and terminals).
+func ValidName(s string, max int) bool {
+	if !utf8.ValidString(s) || utf8.RuneCountInString(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return false
+		}
+	}
+	return true
+}
+
 // Normalize fills defaults (policy cost-first, budget period month).
 func (t *Tenant) Normalize() {
 	if t.Policy == "" {
@@ -123,6 +149,12 @@ func (t *Tenant) Validate() error {
 	if !ValidID(t.ID) {
 		return &FieldError{"id", "must match " + idRE.String()}
 	}
+	if !ValidName(t.Name, MaxNameLen) {
+		return &FieldError{"name", fmt.Sprintf("at most %d characters, no control characters", MaxNameLen)}
+	}
+	if !ValidName(t.Region, MaxNameLen) {
+		return &FieldError{"region", fmt.Sprintf("at most %d characters, no control characters", MaxNameLen)}
+	}
 	switch t.Policy {
 	case PolicyCostFirst, PolicyLatencyFirst:
 	case PolicyRegionPinned:
@@ -143,6 +175,9 @@ func (t *Tenant) Validate() error {
 	for _, m := range models {
 		if m == "" {
 			return &FieldError{"model_limits", "empty model name"}
+		}
+		if !ValidName(m, MaxModelLen) {
+			return &FieldError{"model_limits", fmt.Sprintf("model name: at most %d characters, no control characters", MaxModelLen)}
 		}
 		if err := t.ModelLimits[m].Validate("model_limits." + m); err != nil {
 			return err
