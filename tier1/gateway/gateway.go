@@ -74,7 +74,7 @@ type Gateway struct {
 	// or "" when it is.
 	discoveryProblem atomic.Pointer[string]
 	nextID           atomic.Uint64
-	ctx     context.Context
+	ctx              context.Context
 }
 
 // state is one applied configuration; requests load it once and use it

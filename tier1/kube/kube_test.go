@@ -57,10 +57,10 @@ func TestDiscoveryAgainstAPIServer(t *testing.T) {
 }
 
 type cluster struct {
-	k     *testservice.Kube
-	admin kubernetes.Interface
-	dyn   dynamic.Interface
-	port  int // model-server port, the same on every 127.0.0.x address
+	k      *testservice.Kube
+	admin  kubernetes.Interface
+	dyn    dynamic.Interface
+	port   int // model-server port, the same on every 127.0.0.x address
 	nextIP atomic.Uint32
 }
 
@@ -624,8 +624,8 @@ func (c *cluster) applyCRD(t *testing.T) {
 // after the router dropped it, and no request fails.
 func (c *cluster) testChurn(t *testing.T) {
 	const (
-		total    = 200                   // pods created and deleted
-		rate     = 20                    // pods per second
+		total    = 200                     // pods created and deleted
+		rate     = 20                      // pods per second
 		lifetime = 1500 * time.Millisecond // ready for this long
 	)
 	ns := c.namespace(t)
