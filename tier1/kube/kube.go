@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -74,8 +75,8 @@ type Options struct {
 	// kubeconfig, else the in-cluster service account.
 	RestConfig *rest.Config
 	Logger     *slog.Logger // default slog.Default()
-	// Recheck is how often the API server's health and, while it is
-	// missing, the InferencePool CRD are checked; default 10s.
+	// Recheck is how often the API server is checked after a watch error
+	// and, while it is missing, the InferencePool CRD; default 10s.
 	Recheck time.Duration
 	// OnApply, when set, is called after each pod set is handed to the
 	// sink (tests use it to know what the router sees).
@@ -199,6 +200,13 @@ func (d *Discoverer) Run(ctx context.Context) error {
 	d.setProblem("sync", fmt.Sprintf("waiting for the first pod list of namespace %s from the Kubernetes API", d.namespace))
 	fac.Start(ctx.Done())
 	defer fac.Shutdown()
+	go func() {
+		// An empty namespace sends no event after the first list: kick
+		// once it has arrived so the (empty) set is handed over.
+		if cache.WaitForCacheSync(ctx.Done(), d.podInf.HasSynced) {
+			d.trigger()
+		}
+	}()
 
 	var dynFac dynamicinformer.DynamicSharedInformerFactory
 	defer func() {
@@ -249,7 +257,7 @@ func (d *Discoverer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if _, err := d.cs.Discovery().ServerVersion(); err == nil {
+			if d.canListPods(ctx) {
 				d.setProblem("watch", "")
 			}
 			startPools()
@@ -285,7 +293,7 @@ func (d *Discoverer) Run(ctx context.Context) error {
 // watch makes every change of inf trigger a reconcile, and watch errors a
 // problem (the informer retries on its own; the sink keeps the last view).
 func (d *Discoverer) watch(inf cache.SharedIndexInformer) error {
-	if err := inf.SetTransform(cache.TransformStripManagedFields()); err != nil {
+	if err := inf.SetTransform(stripManagedFields); err != nil {
 		return fmt.Errorf("informer transform: %w", err)
 	}
 	if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
@@ -304,6 +312,14 @@ func (d *Discoverer) watch(inf cache.SharedIndexInformer) error {
 	return nil
 }
 
+// stripManagedFields drops what discovery never reads before it is cached.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := apimeta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
 // changed is an informer event: the API answers again, and the set may
 // have changed.
 func (d *Discoverer) changed() {
@@ -316,6 +332,15 @@ func (d *Discoverer) trigger() {
 	case d.kick <- struct{}{}:
 	default: // a reconcile is already pending; it will see this change
 	}
+}
+
+// canListPods asks the API server for one pod of the namespace (from its
+// watch cache): it answers, and the router may read pods.
+func (d *Discoverer) canListPods(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := d.cs.CoreV1().Pods(d.namespace).List(ctx, metav1.ListOptions{Limit: 1, ResourceVersion: "0"})
+	return err == nil
 }
 
 // crdServed reports whether the API server serves InferencePools.
