@@ -42,7 +42,7 @@ import (
 
 // defaultKinds are the kinds the infergate Helm charts render.
 var defaultKinds = []string{
-	"ConfigMap", "CustomResourceDefinition", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+	"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
 	"Role", "RoleBinding", "Secret", "Service", "ServiceAccount",
 }
 
