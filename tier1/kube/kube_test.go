@@ -115,10 +115,16 @@ type simPod struct {
 }
 
 func (c *cluster) startSim(t testing.TB, name string) *simPod {
+	return c.startSimScaled(t, name, 0.02)
+}
+
+// startSimScaled starts a simulator running at timeScale real seconds per
+// simulated second.
+func (c *cluster) startSimScaled(t testing.TB, name string, timeScale float64) *simPod {
 	t.Helper()
 	ip := c.ip()
 	p, err := server.Listen(context.Background(), server.Config{
-		Name: name, TimeScale: 0.02, Logger: slog.New(slog.DiscardHandler),
+		Name: name, TimeScale: timeScale, Logger: slog.New(slog.DiscardHandler),
 	}, net.JoinHostPort(ip, fmt.Sprint(c.port)))
 	if err != nil {
 		t.Fatalf("sim %s: %v", name, err)
@@ -461,7 +467,7 @@ func (c *cluster) testNodeGPU(t *testing.T) {
 func (c *cluster) testDeletedDuringStream(t *testing.T) {
 	ns := c.namespace(t)
 	app := map[string]string{"app": "vllm"}
-	a := c.startSim(t, "a")
+	a := c.startSimScaled(t, "a", 1) // real GPU speed: the stream lasts seconds
 	c.createPod(t, ns, "a", a.ip, app, true)
 	r := c.startRouter(t, ns, gateway.KubernetesConfig{Sources: []gateway.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 0)
 	r.waitRoutable(t, "a")
