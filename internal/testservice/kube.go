@@ -126,6 +126,8 @@ func (k *Kube) Start() {
 		"--etcd-servers=" + k.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// No kubernetes Service endpoints: loopback is not allowed there.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(k.port),
 		"--cert-dir=" + filepath.Join(k.dir, "certs"),
 		"--token-auth-file=" + filepath.Join(k.dir, "tokens.csv"),
