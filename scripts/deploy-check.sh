@@ -36,7 +36,9 @@ step() { echo "==> $*"; }
 fail() { echo "FAIL: $*" >&2; failed=1; }
 
 # --- Kubernetes schemas (generated once, cached) ---------------------------
-gen_version=$(sha256sum deploy/tools/k8sschema/main.go | cut -c1-16)
+# The charts' own CRDs get schemas too (the InferencePool).
+CRDS=deploy/helm/infergate-tier1/files/inferencepool-crd.yaml
+gen_version=$(cat deploy/tools/k8sschema/main.go $CRDS | sha256sum | cut -c1-16)
 if [ "$(cat "$SCHEMA_DIR/.generated" 2>/dev/null)" != "$gen_version" ]; then
 	step "generating Kubernetes $K8S_VERSION JSON schemas into $SCHEMA_DIR"
 	tmp=$(mktemp -d)
@@ -47,7 +49,7 @@ if [ "$(cat "$SCHEMA_DIR/.generated" 2>/dev/null)" != "$gen_version" ]; then
 	swagger="$moddir/api/openapi-spec/swagger.json"
 	[ -f "$swagger" ] || { echo "deploy-check: no swagger.json in k8s.io/kubernetes@v$K8S_VERSION ($moddir)" >&2; exit 1; }
 	rm -rf "$SCHEMA_DIR.tmp"
-	go run ./deploy/tools/k8sschema -swagger "$swagger" -out "$SCHEMA_DIR.tmp"
+	go run ./deploy/tools/k8sschema -swagger "$swagger" -out "$SCHEMA_DIR.tmp" -crd "$CRDS"
 	echo "$gen_version" >"$SCHEMA_DIR.tmp/.generated"
 	rm -rf "$SCHEMA_DIR"
 	mv "$SCHEMA_DIR.tmp" "$SCHEMA_DIR"

@@ -28,3 +28,7 @@ build staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck
 # Consul 1.16.1 is the MPL-2.0 line; never 1.16.6+ or 1.17+ (BSL). It lives in
 # its own module (tools/go.mod) so its old dependencies stay out of ours.
 build consul 1.16.1 github.com/hashicorp/consul tools
+# kube-apiserver for the Kubernetes discovery tests (tier1/kube, integration);
+# etcd comes from Debian. Its own module too (tools/kube/go.mod): it pins
+# k8s.io/kubernetes and replaces the staging modules with the matching v0.x.
+build kube-apiserver v1.37.2 k8s.io/kubernetes/cmd/kube-apiserver tools/kube

@@ -1,4 +1,5 @@
-// Package testservice starts real services (Redis, Consul) for tests, each
+// Package testservice starts real services (Redis, Consul, etcd with
+// kube-apiserver) for tests, each
 // on free loopback ports in the test's temporary directory, and stops them
 // at cleanup. When a service's binary is missing the test is skipped, unless
 // the CI environment variable is set, in which case it fails: CI must run

@@ -51,6 +51,44 @@ type Config struct {
 	Pools  []PoolConfig  `yaml:"pools"`
 	Models []ModelConfig `yaml:"models"`
 	Pods   []PodConfig   `yaml:"pods"`
+
+	// Kubernetes discovers pods from the Kubernetes API beside the static
+	// Pods (tier1/kube, docs/deploy.md). Read at start; a change needs a
+	// restart.
+	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+}
+
+// KubernetesConfig is Kubernetes pod discovery; it is on when Sources is
+// not empty.
+type KubernetesConfig struct {
+	// Namespace to watch; default the router's own (in a pod), else
+	// "default". Discovery never watches across namespaces.
+	Namespace string `yaml:"namespace"`
+	// Kubeconfig is a kubeconfig file; default the in-cluster service
+	// account.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// NodeGPU reads a pod's GPU from its node's nvidia.com/gpu.product
+	// label when the pod does not carry infergate.io/gpu. It needs `get
+	// nodes`, a cluster-scoped permission, so it is off by default.
+	NodeGPU bool              `yaml:"node_gpu"`
+	Sources []DiscoverySource `yaml:"sources"`
+}
+
+// DiscoverySource selects pods: through a Gateway API Inference Extension
+// InferencePool, or by label selector and port.
+type DiscoverySource struct {
+	// Pool is the infergate pool the pods join unless they carry the
+	// infergate.io/pool label; default the only configured pool.
+	Pool string `yaml:"pool"`
+	// InferencePool names an inference.networking.k8s.io/v1 InferencePool
+	// in Namespace; its selector and first target port are used.
+	InferencePool string `yaml:"inference_pool"`
+	// Selector is a label selector (app=vllm,tier in (a,b)) for clusters
+	// without the InferencePool CRD; Port is then required.
+	Selector string `yaml:"selector"`
+	// Port is the model server's port; with InferencePool it overrides
+	// the pool's targetPorts.
+	Port int `yaml:"port"`
 }
 
 // AuthConfig controls client authentication. Auth is on by default: with
@@ -339,6 +377,23 @@ func (c *Config) Validate() error {
 		}
 		if p.Engine != "" && !isEngine(p.Engine) {
 			add("pod %q: unknown engine %q (known: %s, or empty to detect)", p.Name, p.Engine, strings.Join(scrape.Engines, ", "))
+		}
+	}
+	for i, src := range c.Kubernetes.Sources {
+		switch {
+		case (src.InferencePool == "") == (src.Selector == ""):
+			add("kubernetes.sources[%d]: set exactly one of inference_pool and selector", i)
+		case src.Selector != "" && src.Port == 0:
+			add("kubernetes.sources[%d]: selector needs port", i)
+		}
+		if src.Port < 0 || src.Port > 65535 {
+			add("kubernetes.sources[%d]: port %d out of range", i, src.Port)
+		}
+		switch {
+		case src.Pool != "" && pools[src.Pool] == nil:
+			add("kubernetes.sources[%d]: unknown pool %q", i, src.Pool)
+		case src.Pool == "" && len(c.Pools) != 1:
+			add("kubernetes.sources[%d]: pool is required when %d pools are configured", i, len(c.Pools))
 		}
 	}
 	return errors.Join(errs...)

@@ -76,13 +76,20 @@ type Gateway struct {
 	adaptMu  sync.Mutex
 
 	applyMu sync.Mutex
-	nextID  atomic.Uint64
+	// discovered are the pods a discovery source (tier1/kube) last set,
+	// merged into every applied configuration; guarded by applyMu.
+	discovered []PodConfig
+	// discoveryProblem is why discovery is not working, for /ready; nil
+	// or "" when it is.
+	discoveryProblem atomic.Pointer[string]
+	nextID           atomic.Uint64
 }
 
 // state is one applied configuration; requests load it once and use it
 // throughout, so a reload never changes a request midway.
 type state struct {
-	cfg           *Config
+	cfg           *Config // base plus the discovered pods
+	base          *Config // the configuration as given to Apply
 	tokens        tokenSet
 	upstreamToken string
 	pools         map[string]*poolState
@@ -204,12 +211,18 @@ func (g *Gateway) Close() { g.scraper.Close() }
 func (g *Gateway) Apply(cfg *Config) error {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
+	return g.applyLocked(cfg)
+}
+
+func (g *Gateway) applyLocked(cfg *Config) error {
 	// Callers building a Config in code may skip the loader: default and
 	// validate here too (both are idempotent).
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
+	base := cfg
+	cfg = g.withDiscovered(cfg)
 	tokens, err := cfg.Auth.ResolveTokens()
 	if err != nil {
 		return err
@@ -223,6 +236,7 @@ func (g *Gateway) Apply(cfg *Config) error {
 	}
 	st := &state{
 		cfg:           cfg,
+		base:          base,
 		tokens:        newTokenSet(tokens),
 		upstreamToken: upTok,
 		pools:         map[string]*poolState{},
@@ -267,6 +281,11 @@ func (g *Gateway) Apply(cfg *Config) error {
 				prev.mu.Lock()
 				rt.scores = prev.scores
 				prev.mu.Unlock()
+				// Discovery applies often: keep a recent connect failure
+				// of the same address.
+				if prev.cfg.Address == pc.Address {
+					rt.downUntil.Store(prev.downUntil.Load())
+				}
 			}
 		}
 		st.pods[pc.Name] = rt

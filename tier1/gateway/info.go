@@ -210,18 +210,27 @@ func (g *Gateway) handleLoad(w http.ResponseWriter, r *http.Request, _ *state, _
 	writeJSON(w, http.StatusOK, g.Load())
 }
 
-// handleReady is 200 once at least one pod of some pool is ready.
+// handleReady is 200 once at least one pod of some pool is ready; either
+// way it says why discovery is not working, if it is not.
 func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
 	for _, ps := range st.poolList {
 		cb := &cycleBuf{}
 		g.snapshotAll(st, ps, cb)
 		if slices.ContainsFunc(cb.ptrs, func(p *picker.Pod) bool { return p.Ready }) {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			body := map[string]string{"status": "ready"}
+			if why := g.discoveryStatus(); why != "" {
+				body["discovery"] = why // serving on the last view, or static pods
+			}
+			writeJSON(w, http.StatusOK, body)
 			return
 		}
 	}
-	openai.Errorf(w, http.StatusServiceUnavailable, "not_ready", "no model server is ready yet")
+	msg := "no model server is ready yet"
+	if why := g.discoveryStatus(); why != "" {
+		msg += "; discovery: " + why
+	}
+	openai.Errorf(w, http.StatusServiceUnavailable, "not_ready", msg)
 }
 
 // podCollector exports per-pod readiness and router-side in-flight counts

@@ -1,8 +1,9 @@
 // Package server assembles Tier 1 — the per-cluster router — from its
 // configuration: the OpenAI-compatible proxy (tier1/gateway), the optional
-// Envoy ext_proc endpoint picker (tier1/extproc) and the optional Consul
-// registration that lets Tier 2 find this cluster (tier1/register), plus
-// the /metrics listener (metrics_listen, loopback by default).
+// Envoy ext_proc endpoint picker (tier1/extproc), the optional Kubernetes
+// pod discovery (tier1/kube), the optional Consul registration that lets
+// Tier 2 find this cluster (tier1/register) and the /metrics listener
+// (metrics_listen, loopback by default).
 // `infergate tier1` and the local stack (devstack) both build Tier 1
 // through it, so there is one wiring; it mirrors tier2/server.
 package server
@@ -22,6 +23,7 @@ import (
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/gateway"
+	"github.com/infergate/infergate/tier1/kube"
 	"github.com/infergate/infergate/tier1/register"
 )
 
@@ -68,6 +70,23 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 	gw, err := gateway.New(ctx, cfg, gateway.Options{Logger: opts.Logger, ConfigPath: opts.ConfigPath})
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.Kubernetes.Sources) > 0 {
+		pools := make([]string, 0, len(cfg.Pools))
+		for _, p := range cfg.Pools {
+			pools = append(pools, p.Name)
+		}
+		d, err := kube.New(cfg.Kubernetes, pools, gw, kube.Options{Logger: opts.Logger})
+		if err != nil {
+			gw.Close()
+			return nil, err
+		}
+		opts.Logger.Info("kubernetes discovery", "namespace", d.Namespace(), "sources", len(cfg.Kubernetes.Sources))
+		go func() {
+			if err := d.Run(ctx); err != nil {
+				opts.Logger.Error("kubernetes discovery stopped", "err", err)
+			}
+		}()
 	}
 	return &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw}, nil
 }

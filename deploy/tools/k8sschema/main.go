@@ -17,11 +17,13 @@
 //   - apiVersion and kind are pinned to the kind's group/version and name.
 //
 // It also writes a minimal ServiceMonitor (monitoring.coreos.com/v1) schema,
-// since that CRD is not in the Kubernetes document.
+// since that CRD is not in the Kubernetes document, and one schema per
+// version of each CustomResourceDefinition file given with -crd (the
+// charts' own CRDs, such as the InferencePool), made strict the same way.
 //
 // Usage:
 //
-//	k8sschema -swagger swagger.json -out DIR [-kinds Deployment,Service,...|all]
+//	k8sschema -swagger swagger.json -out DIR [-kinds Deployment,Service,...|all] [-crd file.yaml,...]
 package main
 
 import (
@@ -34,11 +36,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // defaultKinds are the kinds the infergate Helm charts render.
 var defaultKinds = []string{
-	"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+	"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
 	"Role", "RoleBinding", "Secret", "Service", "ServiceAccount",
 }
 
@@ -54,6 +58,7 @@ func run(args []string, stdout io.Writer) error {
 	swagger := fs.String("swagger", "", "path to the Kubernetes swagger.json (OpenAPI v2)")
 	out := fs.String("out", "", "directory to write the schemas into")
 	kinds := fs.String("kinds", strings.Join(defaultKinds, ","), `comma-separated kinds to convert, or "all"`)
+	crds := fs.String("crd", "", "comma-separated CustomResourceDefinition YAML files to write schemas for")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,6 +83,22 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	files["servicemonitor-monitoring-v1.json"] = serviceMonitorSchema()
+	for _, f := range strings.Split(*crds, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		schemas, err := CRDSchemas(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		for n, sch := range schemas {
+			files[n] = sch
+		}
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -428,4 +449,79 @@ func serviceMonitorSchema() map[string]any {
 			},
 		},
 	}
+}
+
+// CRDSchemas converts a CustomResourceDefinition (YAML) into one strict
+// kubeconform schema per version: objects with properties reject unknown
+// fields (unless x-kubernetes-preserve-unknown-fields), apiVersion and kind
+// are pinned, and metadata is any object.
+func CRDSchemas(crdYAML []byte) (map[string]any, error) {
+	var crd struct {
+		Kind string `yaml:"kind"`
+		Spec struct {
+			Group string `yaml:"group"`
+			Names struct {
+				Kind string `yaml:"kind"`
+			} `yaml:"names"`
+			Versions []struct {
+				Name   string `yaml:"name"`
+				Schema struct {
+					OpenAPIV3Schema map[string]any `yaml:"openAPIV3Schema"`
+				} `yaml:"schema"`
+			} `yaml:"versions"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal(crdYAML, &crd); err != nil {
+		return nil, err
+	}
+	if crd.Kind != "CustomResourceDefinition" || crd.Spec.Group == "" || crd.Spec.Names.Kind == "" {
+		return nil, errors.New("not a CustomResourceDefinition with spec.group and spec.names.kind")
+	}
+	out := map[string]any{}
+	for _, v := range crd.Spec.Versions {
+		root := v.Schema.OpenAPIV3Schema
+		if root == nil {
+			return nil, fmt.Errorf("version %s has no openAPIV3Schema", v.Name)
+		}
+		sch := strictCRD(root).(map[string]any)
+		props, _ := sch["properties"].(map[string]any)
+		if props == nil {
+			props = map[string]any{}
+			sch["properties"] = props
+		}
+		gv := crd.Spec.Group + "/" + v.Name
+		props["apiVersion"] = map[string]any{"type": "string", "enum": []any{gv}}
+		props["kind"] = map[string]any{"type": "string", "enum": []any{crd.Spec.Names.Kind}}
+		props["metadata"] = map[string]any{"type": "object"}
+		sch["$schema"] = "http://json-schema.org/schema#"
+		sch["x-kubernetes-group-version-kind"] = []any{map[string]any{
+			"group": crd.Spec.Group, "version": v.Name, "kind": crd.Spec.Names.Kind,
+		}}
+		out[FileName(crd.Spec.Group, v.Name, crd.Spec.Names.Kind)] = sch
+	}
+	return out, nil
+}
+
+// strictCRD copies a CRD schema node, closing objects that list properties.
+func strictCRD(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(t)+1)
+		for k, x := range t {
+			m[k] = strictCRD(x)
+		}
+		if _, ok := m["properties"]; ok && m["x-kubernetes-preserve-unknown-fields"] != true {
+			if _, set := m["additionalProperties"]; !set {
+				m["additionalProperties"] = false
+			}
+		}
+		return m
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = strictCRD(x)
+		}
+		return out
+	}
+	return v
 }
