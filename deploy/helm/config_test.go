@@ -14,7 +14,7 @@ import (
 )
 
 // tier1ConfigAsRendered applies what templates/configmap.yaml adds to
-// .Values.config: listen and auth.token_env when absent.
+// .Values.config: listen, metrics_listen and auth.token_env when absent.
 func tier1ConfigAsRendered(t *testing.T, valuesFiles ...string) []byte {
 	t.Helper()
 	values := map[string]any{}
@@ -29,6 +29,9 @@ func tier1ConfigAsRendered(t *testing.T, valuesFiles ...string) []byte {
 	}
 	if _, ok := cfg["listen"]; !ok {
 		cfg["listen"] = fmt.Sprintf(":%v", values["containerPort"])
+	}
+	if _, ok := cfg["metrics_listen"]; !ok {
+		cfg["metrics_listen"] = fmt.Sprintf(":%v", values["metricsPort"])
 	}
 	auth, _ := cfg["auth"].(map[string]any)
 	if auth == nil {
@@ -110,8 +113,8 @@ func TestTier1ChartConfigRendered(t *testing.T) {
 		if err := config.Decode("rendered tier1.yaml", []byte(cm.Data["tier1.yaml"]), &cfg); err != nil {
 			t.Errorf("helm %v: %v\n%s", cmdArgs, err, cm.Data["tier1.yaml"])
 		}
-		if cfg.Listen != ":8080" || cfg.Auth.TokenEnv != "INFERGATE_TOKEN" {
-			t.Errorf("helm %v: listen %q token_env %q", cmdArgs, cfg.Listen, cfg.Auth.TokenEnv)
+		if cfg.Listen != ":8080" || cfg.MetricsListen != ":9090" || cfg.Auth.TokenEnv != "INFERGATE_TOKEN" {
+			t.Errorf("helm %v: listen %q metrics_listen %q token_env %q", cmdArgs, cfg.Listen, cfg.MetricsListen, cfg.Auth.TokenEnv)
 		}
 	}
 }
