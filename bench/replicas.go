@@ -20,7 +20,9 @@ import (
 type Replicas struct {
 	N     int           // routers; ≤ 1 means one
 	Share bool          // share routing state between routers
-	Delay time.Duration // propagation delay of shared state; default 5ms
+	// Delay is the propagation delay of shared state: 0 means
+	// DefaultShareDelay, negative means none.
+	Delay time.Duration
 }
 
 // DefaultShareDelay is Replicas.Delay's default: tier1/peers' batch
@@ -39,7 +41,10 @@ func (r Replicas) Name() string {
 }
 
 func (r Replicas) delay() time.Duration {
-	if r.Delay <= 0 {
+	switch {
+	case r.Delay < 0:
+		return 0
+	case r.Delay == 0:
 		return DefaultShareDelay
 	}
 	return r.Delay
@@ -156,6 +161,16 @@ func (o *shareObserver) Changed(pod string, l picker.ReplicaLoad) {
 		for _, rt := range o.s.rep.routers {
 			if rt != o.from {
 				rt.tracker.SetRemote(o.from.id, pod, l)
+			}
+		}
+	})
+}
+
+func (o *shareObserver) Sampled(pod string, tokens int, ttft time.Duration) {
+	o.s.loop.At(o.s.loop.Now()+o.delay, func(time.Duration) {
+		for _, rt := range o.s.rep.routers {
+			if rt != o.from {
+				rt.tracker.RemoteSample(pod, tokens, ttft)
 			}
 		}
 	})

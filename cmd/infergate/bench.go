@@ -110,6 +110,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *shareDelay < 0 {
 		return errors.New("--share-delay must be ≥ 0")
 	}
+	if *shareDelay == 0 {
+		*shareDelay = -1 // bench.Replicas: negative is no delay, zero the default
+	}
 	if *seedBase > math.MaxUint64-uint64(*seeds-1) {
 		return fmt.Errorf("--seed-base %d + --seeds %d overflows a uint64 seed", *seedBase, *seeds)
 	}

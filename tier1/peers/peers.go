@@ -1,7 +1,8 @@
 // Package peers shares routing state between the replicas of one
 // cluster's Tier 1 (docs/tier1-replicas.md): each replica streams to every
 // peer what it dispatched where (prefix block hashes per pod) and its own
-// per-pod in-flight counts, and adds what its peers stream to its tracker,
+// per-pod in-flight counts and prefill-speed samples, and adds what its
+// peers stream to its tracker,
 // so every replica schedules on the whole cluster's dispatches. Nothing
 // waits on a peer on the request path: the tracker's observer hands each
 // change to a bounded queue (dropped and counted when full), a flusher
@@ -120,6 +121,7 @@ type event struct {
 	pod    string
 	load   picker.ReplicaLoad
 	hashes []uint64 // nil: no dispatch
+	sample *sample  // a first token's prefill-speed sample, instead of a load
 }
 
 // Node is one replica's end of state sharing: it observes the local
@@ -184,6 +186,11 @@ func (n *Node) Dispatched(pod string, hashes []uint64, l picker.ReplicaLoad) {
 
 // Changed implements picker.Observer; it never blocks.
 func (n *Node) Changed(pod string, l picker.ReplicaLoad) { n.push(event{pod: pod, load: l}) }
+
+// Sampled implements picker.Observer; it never blocks.
+func (n *Node) Sampled(pod string, tokens int, ttft time.Duration) {
+	n.push(event{pod: pod, sample: &sample{pod: pod, tokens: tokens, micros: int(ttft.Microseconds())}})
+}
 
 func (n *Node) push(e event) {
 	select {
@@ -288,9 +295,15 @@ func (n *Node) flush(ctx context.Context) {
 		n.broadcast(buf)
 		clear(b.loads)
 		b.records = b.records[:0]
+		b.samples = b.samples[:0]
 		size = 0
 	}
 	add := func(e event) {
+		if e.sample != nil {
+			b.samples = append(b.samples, *e.sample)
+			size += len(e.pod) + 12
+			return
+		}
 		if old, ok := b.loads[e.pod]; !ok || e.load.Version >= old.Version {
 			b.loads[e.pod] = e.load
 		}
@@ -523,7 +536,8 @@ func (n *Node) receive(c net.Conn) error {
 				if pod != "" && len(h) > 0 {
 					n.tr.RecordRemote(pod, h)
 				}
-			})
+			},
+			func(s sample) { n.tr.RemoteSample(s.pod, s.tokens, time.Duration(s.micros)*time.Microsecond) })
 		if err != nil {
 			return err
 		}

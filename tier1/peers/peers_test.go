@@ -109,6 +109,9 @@ func TestDispatchSharedAndCompleted(t *testing.T) {
 		t.Fatalf("origin counts its own dispatch as remote too: %d", n)
 	}
 	rs[0].tr.FirstToken("pod-a", req, 50*time.Millisecond)
+	for _, r := range rs[1:] {
+		eventually(t, "the prefill-speed sample on the peers", func() bool { return r.tr.PrefillTokensPerSec("pod-a") == 640/0.05 })
+	}
 	rs[0].tr.Done("pod-a", req)
 	for _, r := range rs[1:] {
 		eventually(t, "the completion on the peers", func() bool {

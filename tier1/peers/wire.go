@@ -23,8 +23,8 @@ import (
 // payload's first byte is its type. Integers are unsigned varints, a
 // string is a varint length and its bytes, a block hash 8 little-endian
 // bytes. A batch holds load entries (pod, version, in-flight, prefill,
-// prompt tokens, uncached tokens) and dispatch records (pod, block
-// hashes). The token itself never crosses the wire.
+// prompt tokens, uncached tokens), dispatch records (pod, block hashes)
+// and prefill-speed samples (pod, tokens, microseconds). The token itself never crosses the wire.
 const (
 	magic      = "IGPEERS1"
 	nonceLen   = 32
@@ -57,13 +57,20 @@ type record struct {
 	hashes []uint64
 }
 
+// sample is one prefill-speed sample: tokens prefilled in micros µs.
+type sample struct {
+	pod            string
+	tokens, micros int
+}
+
 // batch is what one frame carries.
 type batch struct {
 	loads   map[string]picker.ReplicaLoad
 	records []record
+	samples []sample
 }
 
-func (b *batch) empty() bool { return len(b.loads) == 0 && len(b.records) == 0 }
+func (b *batch) empty() bool { return len(b.loads) == 0 && len(b.records) == 0 && len(b.samples) == 0 }
 
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -92,6 +99,12 @@ func encodeBatch(dst []byte, b *batch) []byte {
 		for _, h := range r.hashes {
 			dst = binary.LittleEndian.AppendUint64(dst, h)
 		}
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.samples)))
+	for _, s := range b.samples {
+		dst = appendString(dst, s.pod)
+		dst = appendCount(dst, s.tokens)
+		dst = appendCount(dst, s.micros)
 	}
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return dst
@@ -184,7 +197,7 @@ func decodeHello(p []byte) (id string, sum []byte, err error) {
 
 // decodeBatch calls load and rec for each entry of a batch payload; the
 // hashes slice passed to rec is reused after it returns.
-func decodeBatch(p []byte, scratch []uint64, load func(pod string, l picker.ReplicaLoad), rec func(pod string, hashes []uint64)) ([]uint64, error) {
+func decodeBatch(p []byte, scratch []uint64, load func(pod string, l picker.ReplicaLoad), rec func(pod string, hashes []uint64), smp func(sample)) ([]uint64, error) {
 	if len(p) == 0 || p[0] != frameBatch {
 		return scratch, errFrame
 	}
@@ -216,6 +229,13 @@ func decodeBatch(p []byte, scratch []uint64, load func(pod string, l picker.Repl
 			scratch = append(scratch, binary.LittleEndian.Uint64(b[8*i:]))
 		}
 		rec(pod, scratch)
+	}
+	for range d.count(limit) {
+		s := sample{pod: d.string(), tokens: d.count(1 << 40), micros: d.count(1 << 40)}
+		if d.err != nil {
+			return scratch, d.err
+		}
+		smp(s)
 	}
 	if d.err == nil && len(d.p) != 0 {
 		d.err = errFrame

@@ -15,6 +15,7 @@ func TestBatchRoundTrip(t *testing.T) {
 			"pod-b": {},
 		},
 		records: []record{{pod: "pod-a", hashes: []uint64{1, 1 << 63, 42}}, {pod: "pod-b", hashes: nil}},
+		samples: []sample{{pod: "pod-b", tokens: 2048, micros: 153000}},
 	}
 	f := encodeBatch(nil, &in)
 	p, err := readFrame(bytes.NewReader(f), nil, DefaultMaxFrameBytes)
@@ -23,9 +24,11 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 	loads := map[string]picker.ReplicaLoad{}
 	var recs []record
+	var smps []sample
 	if _, err := decodeBatch(p, nil,
 		func(pod string, l picker.ReplicaLoad) { loads[pod] = l },
-		func(pod string, h []uint64) { recs = append(recs, record{pod, slices.Clone(h)}) }); err != nil {
+		func(pod string, h []uint64) { recs = append(recs, record{pod, slices.Clone(h)}) },
+		func(s sample) { smps = append(smps, s) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(loads) != 2 || loads["pod-a"] != in.loads["pod-a"] || loads["pod-b"] != in.loads["pod-b"] {
@@ -33,6 +36,9 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 	if len(recs) != 2 || recs[0].pod != "pod-a" || !slices.Equal(recs[0].hashes, in.records[0].hashes) || len(recs[1].hashes) != 0 {
 		t.Fatalf("records = %+v", recs)
+	}
+	if !slices.Equal(smps, in.samples) {
+		t.Fatalf("samples = %+v, want %+v", smps, in.samples)
 	}
 }
 
@@ -52,7 +58,7 @@ func TestDecodeMalformed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			nop := func(string, picker.ReplicaLoad) {}
-			if _, err := decodeBatch(tt.p, nil, nop, func(string, []uint64) {}); err == nil {
+			if _, err := decodeBatch(tt.p, nil, nop, func(string, []uint64) {}, func(sample) {}); err == nil {
 				t.Fatal("decoded without error")
 			}
 		})

@@ -1,5 +1,7 @@
 package picker
 
+import "time"
+
 // This file is the tracker's side of state sharing between Tier 1
 // replicas (tier1/peers, docs/tier1-replicas.md): each replica tells its
 // peers its own per-pod in-flight counts, and adds theirs to its own.
@@ -38,6 +40,9 @@ type Observer interface {
 	// Changed: the pod's local counts are now load (a first token or a
 	// completion).
 	Changed(pod string, load ReplicaLoad)
+	// Sampled: the pod prefilled tokens (its own and those queued ahead)
+	// in ttft, a sample its prefill-speed estimate learned from.
+	Sampled(pod string, tokens int, ttft time.Duration)
 }
 
 type observerBox struct{ Observer }
@@ -117,6 +122,18 @@ func (t *Tracker) DropRemote(origin string) {
 			delete(st.remote, origin)
 		}
 	}
+}
+
+// RemoteSample teaches pod's prefill-speed estimate a sample a peer
+// replica measured (see Observer.Sampled), so every replica learns from
+// every first token, not only its own share.
+func (t *Tracker) RemoteSample(pod string, tokens int, ttft time.Duration) {
+	if tokens < t.opts.MinSampleTokens || ttft <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pod(pod).speed.add(t.opts.Alpha, float64(tokens), ttft.Seconds())
 }
 
 // RemoteInFlight returns what peer replicas have in flight on pod.

@@ -1,6 +1,9 @@
 package picker
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 type recObserver struct {
 	loads  []ReplicaLoad
@@ -11,7 +14,8 @@ func (o *recObserver) Dispatched(pod string, h []uint64, l ReplicaLoad) {
 	o.blocks += len(h)
 	o.loads = append(o.loads, l)
 }
-func (o *recObserver) Changed(pod string, l ReplicaLoad) { o.loads = append(o.loads, l) }
+func (o *recObserver) Changed(pod string, l ReplicaLoad)  { o.loads = append(o.loads, l) }
+func (o *recObserver) Sampled(string, int, time.Duration) {}
 
 func TestTrackerRemote(t *testing.T) {
 	tr := NewTracker(TrackerOptions{})

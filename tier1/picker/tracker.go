@@ -139,6 +139,9 @@ func (t *Tracker) FirstToken(pod string, req *Request, ttft time.Duration) {
 	t.notifyLocked(pod, st)
 	if tokens := f.ahead + f.uncached; tokens >= t.opts.MinSampleTokens && ttft > 0 {
 		st.speed.add(t.opts.Alpha, float64(tokens), ttft.Seconds())
+		if o := t.obs.Load(); o != nil {
+			o.Sampled(pod, tokens, ttft)
+		}
 	}
 }
 
