@@ -81,3 +81,24 @@ func (c Consul) Peers(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Multi is the union of several discoverers' answers. One failing makes
+// the whole answer fail, so a flapping source never shrinks the peer set.
+type Multi []Discoverer
+
+// Peers asks each discoverer and returns every address once.
+func (m Multi) Peers(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, d := range m {
+		as, err := d.Peers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range as {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
