@@ -18,8 +18,8 @@ import (
 // what it dispatched where, and its in-flight counts, Delay after the fact
 // in virtual time, as tier1/peers does. The zero value is one router.
 type Replicas struct {
-	N     int           // routers; ≤ 1 means one
-	Share bool          // share routing state between routers
+	N     int  // routers; ≤ 1 means one
+	Share bool // share routing state between routers
 	// Delay is the propagation delay of shared state: 0 means
 	// DefaultShareDelay, negative means none.
 	Delay time.Duration
