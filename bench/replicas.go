@@ -20,14 +20,21 @@ import (
 type Replicas struct {
 	N     int  // routers; ≤ 1 means one
 	Share bool // share routing state between routers
-	// Delay is the propagation delay of shared state: 0 means
-	// DefaultShareDelay, negative means none.
+	// Delay is the propagation delay of a frame once sent (network and
+	// apply): 0 means DefaultShareDelay, negative means none.
 	Delay time.Duration
+	// Flush models tier1/peers' batching: a change is sent at once when
+	// the router sent nothing for Flush, else with the batch that goes
+	// Flush after the last one. 0 means DefaultShareFlush, negative none.
+	Flush time.Duration
 }
 
-// DefaultShareDelay is Replicas.Delay's default: tier1/peers' batch
-// interval, which dominates a same-cluster round trip.
-const DefaultShareDelay = 5 * time.Millisecond
+// Defaults of Replicas: a generous same-cluster one-way latency, and
+// tier1/peers' default batch interval.
+const (
+	DefaultShareDelay = time.Millisecond
+	DefaultShareFlush = 5 * time.Millisecond
+)
 
 // Name describes r for reports ("" for one router).
 func (r Replicas) Name() string {
@@ -37,23 +44,25 @@ func (r Replicas) Name() string {
 	if !r.Share {
 		return fmt.Sprintf("%d routers, unshared", r.N)
 	}
-	return fmt.Sprintf("%d routers, shared (%s)", r.N, r.delay())
+	return fmt.Sprintf("%d routers, shared (delay %s, flush %s)", r.N, orDefault(r.Delay, DefaultShareDelay), orDefault(r.Flush, DefaultShareFlush))
 }
 
-func (r Replicas) delay() time.Duration {
+func orDefault(d, def time.Duration) time.Duration {
 	switch {
-	case r.Delay < 0:
+	case d < 0:
 		return 0
-	case r.Delay == 0:
-		return DefaultShareDelay
+	case d == 0:
+		return def
 	}
-	return r.Delay
+	return d
 }
 
 // router is one replica's state. Router 0 is the sim's own tracker and
 // scheduler, so one router runs exactly as before.
 type router struct {
 	id      string
+	sent    time.Duration // when its last frame was (or will be) sent
+	hasSent bool
 	tracker *picker.Tracker
 	sched   *picker.Scheduler
 	queue   admission.Queue[int]
@@ -97,7 +106,7 @@ func (s *sim) initReplicas(seed uint64) error {
 	}
 	if r.Share {
 		for _, rt := range rs.routers {
-			rt.tracker.SetObserver(&shareObserver{s: s, from: rt, delay: r.delay()})
+			rt.tracker.SetObserver(&shareObserver{s: s, from: rt, delay: orDefault(r.Delay, DefaultShareDelay), flush: orDefault(r.Flush, DefaultShareFlush)})
 		}
 	}
 	s.rep = rs
@@ -137,16 +146,33 @@ func (s *sim) drainQueues(now time.Duration) {
 	}
 }
 
-// shareObserver delivers one router's changes to the others Delay later.
+// shareObserver delivers one router's changes to the others as
+// tier1/peers does: batched (see Replicas.Flush), then Delay later.
 type shareObserver struct {
-	s     *sim
-	from  *router
-	delay time.Duration
+	s            *sim
+	from         *router
+	delay, flush time.Duration
+}
+
+// at is when a change made now reaches the other routers.
+func (o *shareObserver) at() time.Duration {
+	now, r := o.s.loop.Now(), o.from
+	var t time.Duration
+	switch {
+	case r.hasSent && r.sent >= now:
+		t = r.sent // joins the batch about to go
+	case !r.hasSent || now-r.sent >= o.flush:
+		t = now // idle: sent at once
+	default:
+		t = r.sent + o.flush
+	}
+	r.sent, r.hasSent = t, true
+	return t + o.delay
 }
 
 func (o *shareObserver) Dispatched(pod string, hashes []uint64, l picker.ReplicaLoad) {
 	h := slices.Clone(hashes)
-	o.s.loop.At(o.s.loop.Now()+o.delay, func(time.Duration) {
+	o.s.loop.At(o.at(), func(time.Duration) {
 		for _, rt := range o.s.rep.routers {
 			if rt != o.from {
 				rt.tracker.RecordRemote(pod, h)
@@ -157,7 +183,7 @@ func (o *shareObserver) Dispatched(pod string, hashes []uint64, l picker.Replica
 }
 
 func (o *shareObserver) Changed(pod string, l picker.ReplicaLoad) {
-	o.s.loop.At(o.s.loop.Now()+o.delay, func(time.Duration) {
+	o.s.loop.At(o.at(), func(time.Duration) {
 		for _, rt := range o.s.rep.routers {
 			if rt != o.from {
 				rt.tracker.SetRemote(o.from.id, pod, l)
@@ -167,7 +193,7 @@ func (o *shareObserver) Changed(pod string, l picker.ReplicaLoad) {
 }
 
 func (o *shareObserver) Sampled(pod string, tokens int, ttft time.Duration) {
-	o.s.loop.At(o.s.loop.Now()+o.delay, func(time.Duration) {
+	o.s.loop.At(o.at(), func(time.Duration) {
 		for _, rt := range o.s.rep.routers {
 			if rt != o.from {
 				rt.tracker.RemoteSample(pod, tokens, ttft)

@@ -1,15 +1,15 @@
 // Package peers shares routing state between the replicas of one
 // cluster's Tier 1 (docs/tier1-replicas.md): each replica streams to every
-// peer what it dispatched where (prefix block hashes per pod) and its own
-// per-pod in-flight counts and prefill-speed samples, and adds what its
-// peers stream to its tracker,
-// so every replica schedules on the whole cluster's dispatches. Nothing
-// waits on a peer on the request path: the tracker's observer hands each
-// change to a bounded queue (dropped and counted when full), a flusher
-// batches it every few milliseconds into one frame, and one long-lived
-// authenticated TCP connection per peer carries the frames. A replica's
-// in-flight counts vanish from its peers when it has not been heard from
-// for a TTL; a periodic full re-announcement heals lost updates.
+// peer what it dispatched where (prefix block hashes per pod), its own
+// per-pod in-flight counts and its prefill-speed samples, and adds what
+// its peers stream to its tracker, so every replica schedules on the
+// whole cluster's dispatches. Nothing waits on a peer on the request
+// path: the tracker's observer hands each change to a bounded queue
+// (dropped and counted when full); a flusher sends it at once when idle,
+// else batched into one frame per few milliseconds, over one long-lived
+// authenticated TCP connection per peer. A replica's in-flight counts
+// vanish from its peers when it has not been heard from for a TTL; a
+// periodic full re-announcement heals lost updates.
 package peers
 
 import (
@@ -46,7 +46,8 @@ type Options struct {
 	Discover Discoverer
 	// Refresh is how often Discover is asked again (default 10s).
 	Refresh time.Duration
-	// Flush is the batching interval (default 5ms).
+	// Flush is the batching interval (default 5ms): a change goes out at
+	// once when nothing was sent for this long, else with the next batch.
 	Flush time.Duration
 	// Heartbeat is how often the full local state is re-sent, which also
 	// keeps the connection alive (default 250ms).
@@ -277,13 +278,18 @@ func (n *Node) setPeers(ctx context.Context, addrs []string, wg *sync.WaitGroup)
 	}
 }
 
-// flush batches queued changes and broadcasts a frame every Flush
-// interval, and the full local state every Heartbeat.
+// flush sends queued changes: at once when nothing was sent for a Flush
+// interval (an idle cluster pays only the network's latency), else
+// batched until a Flush interval after the last frame (a busy one sends
+// at most one frame per interval). Every Heartbeat it sends the full
+// local state.
 func (n *Node) flush(ctx context.Context) {
-	tick := time.NewTicker(n.opts.Flush)
-	defer tick.Stop()
 	hb := time.NewTicker(n.opts.Heartbeat)
 	defer hb.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	var last time.Time
 	b := batch{loads: make(map[string]picker.ReplicaLoad)}
 	size := 0
 	var buf []byte
@@ -297,6 +303,7 @@ func (n *Node) flush(ctx context.Context) {
 		b.records = b.records[:0]
 		b.samples = b.samples[:0]
 		size = 0
+		last = time.Now()
 	}
 	add := func(e event) {
 		if e.sample != nil {
@@ -322,7 +329,25 @@ func (n *Node) flush(ctx context.Context) {
 			return
 		case e := <-n.ev:
 			add(e)
-		case <-tick.C:
+			for drained := false; !drained; { // take what else is queued
+				select {
+				case e := <-n.ev:
+					add(e)
+				default:
+					drained = true
+				}
+			}
+			if armed {
+				continue
+			}
+			if wait := n.opts.Flush - time.Since(last); wait > 0 {
+				timer.Reset(wait)
+				armed = true
+			} else {
+				send()
+			}
+		case <-timer.C:
+			armed = false
 			send()
 		case <-hb.C:
 			for pod, l := range n.tr.LocalLoads() {
