@@ -39,7 +39,7 @@ type PeersConfig struct {
 	Flush     time.Duration `yaml:"flush"`
 	Heartbeat time.Duration `yaml:"heartbeat"`
 	Refresh   time.Duration `yaml:"refresh"`
-	// QueueLen bounds changes waiting to be sent (default 4096).
+	// QueueLen bounds changes waiting to be sent (default 1024).
 	QueueLen int `yaml:"queue_len"`
 }
 

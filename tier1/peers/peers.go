@@ -55,12 +55,12 @@ type Options struct {
 	// TTL is how long a silent peer's in-flight counts still count
 	// (default 2s; at least 4 heartbeats).
 	TTL time.Duration
-	// QueueLen bounds the changes waiting for the flusher (default 4096);
+	// QueueLen bounds the changes waiting for the flusher (default 1024);
 	// beyond it changes are dropped and counted.
 	QueueLen int
-	// PeerQueue bounds the frames waiting for one peer's connection
-	// (default 64); a slow peer loses frames, never slows the others.
-	PeerQueue int
+	// PeerQueueBytes bounds the frames waiting for one peer's connection
+	// (default 4 MiB); a slow peer loses frames, never slows the others.
+	PeerQueueBytes int
 	// DialTimeout bounds a dial and its handshake (default 2s); every write
 	// is bounded by WriteTimeout (default 2s).
 	DialTimeout, WriteTimeout time.Duration
@@ -84,10 +84,10 @@ func (o Options) withDefaults() Options {
 	def(&o.DialTimeout, 2*time.Second)
 	def(&o.WriteTimeout, 2*time.Second)
 	if o.QueueLen <= 0 {
-		o.QueueLen = 4096
+		o.QueueLen = 1024
 	}
-	if o.PeerQueue <= 0 {
-		o.PeerQueue = 64
+	if o.PeerQueueBytes <= 0 {
+		o.PeerQueueBytes = 4 << 20
 	}
 	if o.MaxFrameBytes <= 0 {
 		o.MaxFrameBytes = DefaultMaxFrameBytes
@@ -268,7 +268,7 @@ func (n *Node) setPeers(ctx context.Context, addrs []string, wg *sync.WaitGroup)
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		p := &peer{addr: a, cancel: cancel, out: make(chan []byte, n.opts.PeerQueue)}
+		p := &peer{addr: a, cancel: cancel, out: make(chan []byte, 256)}
 		n.peers[a] = p
 		wg.Add(1)
 		go func() {
@@ -374,8 +374,13 @@ func (n *Node) broadcast(frame []byte) {
 		if !p.up.Load() {
 			continue // a full state follows the connection on the next heartbeat
 		}
+		if p.queued.Load()+int64(len(f)) > int64(n.opts.PeerQueueBytes) {
+			n.pdrop.Add(1)
+			continue
+		}
 		select {
 		case p.out <- f:
+			p.queued.Add(int64(len(f)))
 		default:
 			n.pdrop.Add(1)
 		}
@@ -387,6 +392,7 @@ type peer struct {
 	addr   string
 	cancel context.CancelFunc
 	out    chan []byte
+	queued atomic.Int64 // bytes in out
 	up     atomic.Bool
 }
 
@@ -431,13 +437,14 @@ func (n *Node) sendOnce(ctx context.Context, p *peer) error {
 	if err := n.handshake(c); err != nil {
 		return err
 	}
+	// Drop what the previous connection left unsent: the next heartbeat
+	// carries the state.
+	for len(p.out) > 0 {
+		p.queued.Add(-int64(len(<-p.out)))
+	}
 	p.up.Store(true)
 	n.conns.Add(1)
 	defer func() { p.up.Store(false); n.conns.Add(-1) }()
-	// Drain what queued while down: the next heartbeat carries the state.
-	for len(p.out) > 0 {
-		<-p.out
-	}
 	// The receiver never writes after the handshake: a read returning
 	// means the connection is gone.
 	gone := make(chan struct{})
@@ -449,6 +456,7 @@ func (n *Node) sendOnce(ctx context.Context, p *peer) error {
 		case <-gone:
 			return errors.New("closed by peer")
 		case f := <-p.out:
+			p.queued.Add(-int64(len(f)))
 			_ = c.SetWriteDeadline(time.Now().Add(n.opts.WriteTimeout))
 			if _, err := c.Write(f); err != nil {
 				return err

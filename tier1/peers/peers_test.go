@@ -93,7 +93,12 @@ func replicas(t *testing.T, n int, opts Options) []*replica {
 func TestDispatchSharedAndCompleted(t *testing.T) {
 	rs := replicas(t, 3, fastOpts("s3cret"))
 	req := &picker.Request{PromptTokens: 640, BlockHashes: []uint64{11, 12, 13, 14}}
+	sent := time.Now()
 	rs[0].tr.Dispatched("pod-a", req)
+	for deadline := sent.Add(10 * time.Second); rs[1].tr.InFlight("pod-a") != 1 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Microsecond)
+	}
+	t.Logf("dispatch visible on a peer after %v (logged, not asserted)", time.Since(sent))
 	for _, r := range rs[1:] {
 		eventually(t, "the dispatch on the peers", func() bool {
 			p := &picker.Pod{Name: "pod-a"}
