@@ -58,7 +58,8 @@ func (t *Tracker) SetObserver(o Observer) {
 
 func (t *Tracker) notifyLocked(pod string, st *podState) {
 	if o := t.obs.Load(); o != nil {
-		st.version++
+		t.seq++
+		st.version = t.seq
 		o.Changed(pod, st.local())
 	}
 }

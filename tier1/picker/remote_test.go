@@ -50,6 +50,14 @@ func TestTrackerRemote(t *testing.T) {
 	if len(obs.loads) != 2 || obs.blocks != 4 || obs.loads[0].InFlight != 1 || obs.loads[1].InFlight != 0 || obs.loads[1].Version <= obs.loads[0].Version {
 		t.Fatalf("observer saw %+v (%d blocks), want dispatch then done with growing versions", obs.loads, obs.blocks)
 	}
+	// A pod removed and added again keeps growing versions, or peers
+	// would ignore it as stale.
+	v := obs.loads[len(obs.loads)-1].Version
+	tr.RemovePod("a")
+	tr.Dispatched("a", &Request{PromptTokens: 1})
+	if got := obs.loads[len(obs.loads)-1].Version; got <= v {
+		t.Fatalf("version after re-adding the pod = %d, want > %d", got, v)
+	}
 	tr.RecordRemote("b", hashes(4, 0, ""))
 	if n := tr.Index().PodLen("b"); n != 4 {
 		t.Fatalf("remote blocks recorded = %d, want 4", n)

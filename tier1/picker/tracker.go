@@ -39,8 +39,11 @@ type Tracker struct {
 	reqs map[*Request]*flight
 
 	// obs, when set, hears of every change to the local counts (see
-	// SetObserver); peer replicas are told through it.
+	// SetObserver); peer replicas are told through it. seq numbers the
+	// changes tracker-wide, so a pod's versions never go back, even when
+	// it is removed and added again.
 	obs atomic.Pointer[observerBox]
+	seq uint64
 }
 
 type podState struct {
@@ -48,8 +51,8 @@ type podState struct {
 	promptTokens, uncached int
 	speed                  speedEstimator
 
-	// version counts changes to the local counts, so an observer can order
-	// snapshots taken concurrently.
+	// version is the tracker's seq at the last change to the local
+	// counts, so an observer can order snapshots taken concurrently.
 	version uint64
 	// remote is what peer replicas dispatched to the pod (by replica ID);
 	// rsum is its sum, which Apply adds to the local counts.
@@ -117,7 +120,8 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 	st.promptTokens += max(req.PromptTokens, 0)
 	st.uncached += uncached
 	if o := t.obs.Load(); o != nil {
-		st.version++
+		t.seq++
+		st.version = t.seq
 		// Under the lock, so the observer sees one pod's snapshots in
 		// order; observers must not block (see Observer).
 		o.Dispatched(pod, req.BlockHashes, st.local())
