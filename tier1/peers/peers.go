@@ -578,15 +578,23 @@ func (n *Node) receive(c net.Conn) error {
 	}
 }
 
-// reap drops the in-flight counts of peers silent for longer than the TTL.
+// reap drops the in-flight counts of peers silent for longer than the
+// TTL, and warns (at most every 10 s) when updates were dropped.
 func (n *Node) reap(ctx context.Context) {
 	t := time.NewTicker(max(n.opts.TTL/4, 10*time.Millisecond))
 	defer t.Stop()
+	var warned time.Time
+	var lastDrops uint64
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			if d := n.dropped.Load() + n.pdrop.Load(); d != lastDrops && now.Sub(warned) >= 10*time.Second {
+				n.opts.Logger.Warn("peer state updates dropped (queues full); heartbeats repair counts, prefix records are lost",
+					"dropped_total", d, "since_last_warning", d-lastDrops)
+				lastDrops, warned = d, now
+			}
 			var gone []string
 			n.mu.Lock()
 			for id, at := range n.seen {

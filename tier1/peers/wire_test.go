@@ -67,3 +67,15 @@ func TestDecodeMalformed(t *testing.T) {
 		t.Fatal("oversized frame accepted")
 	}
 }
+
+// FuzzDecode: any bytes from an authenticated peer decode or fail, never
+// panic or allocate beyond the payload.
+func FuzzDecode(f *testing.F) {
+	f.Add(encodeBatch(nil, &batch{loads: map[string]picker.ReplicaLoad{"p": {InFlight: 1, Version: 3}}, records: []record{{pod: "p", hashes: []uint64{1, 2}}}, samples: []sample{{pod: "p", tokens: 100, micros: 5000}}})[4:])
+	f.Add(encodeHello("replica-1", make([]byte, 32))[4:])
+	f.Fuzz(func(t *testing.T, p []byte) {
+		_, _ = decodeBatch(p, nil, func(string, picker.ReplicaLoad) {}, func(string, []uint64) {}, func(sample) {})
+		_, _, _ = decodeHello(p)
+		_, _ = readFrame(bytes.NewReader(p), nil, 1<<16)
+	})
+}
