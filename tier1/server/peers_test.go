@@ -72,4 +72,19 @@ func TestReplicasShareState(t *testing.T) {
 	if s := srvs[0].Peers().Stats(); s.Rejected != 0 {
 		t.Errorf("replica 0 stats %+v: want none rejected", s)
 	}
+	mfs, err := srvs[0].Gateway().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if len(mf.GetMetric()) > 0 && mf.GetMetric()[0].GetGauge() != nil {
+			got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+		} else if len(mf.GetMetric()) > 0 {
+			got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if got["infergate_peers_connected"] != n-1 || got["infergate_peers_frames_sent_total"] == 0 {
+		t.Errorf("peers metrics: connected %v, frames sent %v", got["infergate_peers_connected"], got["infergate_peers_frames_sent_total"])
+	}
 }

@@ -80,6 +80,10 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 			gw.Close()
 			return nil, err
 		}
+		if err := gw.Registry().Register(s.node.Collector()); err != nil {
+			gw.Close()
+			return nil, fmt.Errorf("peers metrics: %w", err)
+		}
 	}
 	return s, nil
 }
