@@ -425,6 +425,10 @@ func (n *Node) send(ctx context.Context, p *peer) {
 
 var errSelf = errors.New("peers: dialled self")
 
+// maxInbound bounds the inbound connections served at once: a replica has
+// one per peer, so this only stops a flood of unauthenticated ones.
+const maxInbound = 256
+
 func (n *Node) sendOnce(ctx context.Context, p *peer) error {
 	d := net.Dialer{Timeout: n.opts.DialTimeout, KeepAlive: 15 * time.Second}
 	c, err := d.DialContext(ctx, "tcp", p.addr)
@@ -498,6 +502,7 @@ func (n *Node) handshake(c net.Conn) error {
 func (n *Node) serve(ctx context.Context, ln net.Listener) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	slots := make(chan struct{}, maxInbound)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -506,8 +511,16 @@ func (n *Node) serve(ctx context.Context, ln net.Listener) {
 			}
 			return
 		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			n.reject.Add(1) // more connections than any cluster has replicas
+			c.Close()
+			continue
+		}
 		wg.Add(1)
 		go func() {
+			defer func() { <-slots }()
 			defer wg.Done()
 			defer c.Close()
 			stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -530,8 +543,7 @@ func (n *Node) receive(c net.Conn) error {
 	if _, err := c.Write(hdr); err != nil {
 		return err
 	}
-	r := bufio.NewReaderSize(c, 64<<10)
-	buf, err := readFrame(r, nil, 4096)
+	buf, err := readFrame(c, nil, 4096)
 	if err != nil {
 		n.reject.Add(1)
 		return err
@@ -553,6 +565,7 @@ func (n *Node) receive(c net.Conn) error {
 	if _, err := c.Write([]byte{statusOK}); err != nil {
 		return err
 	}
+	r := bufio.NewReaderSize(c, 64<<10) // only once authenticated
 	var scratch []uint64
 	for {
 		// A live peer sends at least every heartbeat.
