@@ -59,6 +59,8 @@ type Options struct {
 	Text func(*workload.Request) []byte
 	// RecordLoad samples per-pod load over time for plots.
 	RecordLoad bool
+	// Replicas splits arrivals over several routers (bench/replicas.go).
+	Replicas Replicas
 }
 
 // Values of Options.Inputs.
@@ -178,6 +180,7 @@ type sim struct {
 	loadEvery  int
 	err        error
 	out        report.Run
+	rep        *replicaSet // several routers (bench/replicas.go), else nil
 }
 
 func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream workload.Stream, opts Options) (*sim, error) {
@@ -238,6 +241,9 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 		s.states[i] = reqState{w: w, preq: pr, pod: -1}
 	}
 	s.loadEvery = max(1, int(stream.Duration/opts.ScrapeInterval)/loadSamples)
+	if err := s.initReplicas(seed); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -351,6 +357,7 @@ func (s *sim) arrive(now time.Duration, i int) {
 	if s.err != nil {
 		return
 	}
+	s.useRouterOf(i)
 	if s.sched == nil {
 		s.refresh(now)
 		s.dispatchTo(now, i, s.pol.pick(s.rng, s.states[i].preq, s.views))
@@ -432,7 +439,8 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 	st.pod = pi
 	p := s.pods[pi]
 	name := p.view.Name
-	s.tracker.Dispatched(name, st.preq)
+	tracker := s.tracker // the request's router's, for its callbacks
+	tracker.Dispatched(name, st.preq)
 	s.out.PodRequests[pi]++
 	arrival := st.w.Arrival
 	er := &engine.Request{
@@ -442,10 +450,10 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 		BlockHashes:  st.w.BlockHashes,
 		MaxTokens:    st.w.OutputTokens,
 		OnFirstToken: func(at time.Duration) {
-			s.tracker.FirstToken(name, st.preq, at-arrival)
+			tracker.FirstToken(name, st.preq, at-arrival)
 		},
 		OnDone: func(at time.Duration, res engine.Result) {
-			s.tracker.Done(name, st.preq)
+			tracker.Done(name, st.preq)
 			s.finish(at)
 			s.record(arrival, at, res)
 		},
@@ -453,7 +461,7 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 	if err := p.eng.Submit(now, er); err != nil {
 		// The pod rejects what it can never serve (too long for its
 		// KV cache or context): a 400 the client sees as a failure.
-		s.tracker.Done(name, st.preq)
+		tracker.Done(name, st.preq)
 		s.out.Failed++
 		s.finish(now)
 	}
@@ -502,7 +510,7 @@ func (s *sim) scrapeTick(now time.Duration) {
 		s.out.Load.Values = append(s.out.Load.Values, vals)
 	}
 	s.tick++
-	s.drainQueue(now)
+	s.drainQueues(now)
 	if s.finished < len(s.states) {
 		s.loop.At(now+s.opts.ScrapeInterval, s.scrapeTick)
 	}

@@ -55,6 +55,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		parallel   = fs.Int("parallel", 0, "simulations run at once (default GOMAXPROCS)")
 		list       = fs.Bool("list", false, "list scenarios and exit")
 		maxOutTrce = fs.Int("trace-max-output", 0, "with --trace: clamp output tokens (0 = no clamp)")
+		replicas   = fs.Int("router-replicas", 1, "Tier 1 replicas: arrivals split at random over this many routers, each with its own state (docs/tier1-replicas.md)")
+		share      = fs.Bool("share-state", true, "with --router-replicas > 1: routers share dispatches and in-flight counts, as tier1/peers does")
+		shareDelay = fs.Duration("share-delay", bench.DefaultShareDelay, "with --share-state: propagation delay of a sent frame of shared state (network, apply), in virtual time")
+		shareFlush = fs.Duration("share-flush", bench.DefaultShareFlush, "with --share-state: batching interval of shared state (peers.flush); 0 sends every change at once")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: infergate bench --scenario NAME [flags]")
@@ -101,6 +105,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *seeds < 1 {
 		return errors.New("--seeds must be ≥ 1")
 	}
+	if *replicas < 1 || *replicas > 64 {
+		return errors.New("--router-replicas must be between 1 and 64")
+	}
+	if *shareDelay < 0 || *shareFlush < 0 {
+		return errors.New("--share-delay and --share-flush must be ≥ 0")
+	}
+	// bench.Replicas: negative is none, zero the default.
+	if *shareDelay == 0 {
+		*shareDelay = -1
+	}
+	if *shareFlush == 0 {
+		*shareFlush = -1
+	}
 	if *seedBase > math.MaxUint64-uint64(*seeds-1) {
 		return fmt.Errorf("--seed-base %d + --seeds %d overflows a uint64 seed", *seedBase, *seeds)
 	}
@@ -124,7 +141,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	cmp := bench.Comparison{
 		Policies: pols,
-		Options:  bench.Options{ScrapeInterval: *scrape, MaxQueueWait: *maxWait, RecordLoad: *plots != ""},
+		Options: bench.Options{ScrapeInterval: *scrape, MaxQueueWait: *maxWait, RecordLoad: *plots != "",
+			Replicas: bench.Replicas{N: *replicas, Share: *share, Delay: *shareDelay, Flush: *shareFlush}},
 		Parallel: *parallel,
 		Progress: stderr,
 	}

@@ -48,6 +48,10 @@ type Config struct {
 	// finds it (service infergate-tier1).
 	Consul ConsulConfig `yaml:"consul"`
 
+	// Peers shares routing state with the cluster's other Tier 1 replicas
+	// (docs/tier1-replicas.md); off while peers.listen is empty.
+	Peers PeersConfig `yaml:"peers"`
+
 	Pools  []PoolConfig  `yaml:"pools"`
 	Models []ModelConfig `yaml:"models"`
 	Pods   []PodConfig   `yaml:"pods"`
@@ -396,6 +400,7 @@ func (c *Config) Validate() error {
 			add("kubernetes.sources[%d]: pool is required when %d pools are configured", i, len(c.Pools))
 		}
 	}
+	errs = append(errs, c.Peers.validate(c.Consul.Address != "")...)
 	return errors.Join(errs...)
 }
 

@@ -3,6 +3,7 @@ package picker
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/infergate/infergate/tier1/prefix"
@@ -36,12 +37,27 @@ type Tracker struct {
 	mu   sync.Mutex
 	pods map[string]*podState
 	reqs map[*Request]*flight
+
+	// obs, when set, hears of every change to the local counts (see
+	// SetObserver); peer replicas are told through it. seq numbers the
+	// changes tracker-wide, so a pod's versions never go back, even when
+	// it is removed and added again.
+	obs atomic.Pointer[observerBox]
+	seq uint64
 }
 
 type podState struct {
 	inFlight, prefill      int
 	promptTokens, uncached int
 	speed                  speedEstimator
+
+	// version is the tracker's seq at the last change to the local
+	// counts, so an observer can order snapshots taken concurrently.
+	version uint64
+	// remote is what peer replicas dispatched to the pod (by replica ID);
+	// rsum is its sum, which Apply adds to the local counts.
+	remote map[string]ReplicaLoad
+	rsum   ReplicaLoad
 }
 
 type flight struct {
@@ -98,11 +114,18 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		t.doneLocked(req, old) // reported twice without Done: replace
 	}
 	st := t.pod(pod)
-	t.reqs[req] = &flight{pod: pod, prompt: max(req.PromptTokens, 0), uncached: uncached, ahead: st.uncached}
+	t.reqs[req] = &flight{pod: pod, prompt: max(req.PromptTokens, 0), uncached: uncached, ahead: st.uncached + st.rsum.Uncached}
 	st.inFlight++
 	st.prefill++
 	st.promptTokens += max(req.PromptTokens, 0)
 	st.uncached += uncached
+	if o := t.obs.Load(); o != nil {
+		t.seq++
+		st.version = t.seq
+		// Under the lock, so the observer sees one pod's snapshots in
+		// order; observers must not block (see Observer).
+		o.Dispatched(pod, req.BlockHashes, st.local())
+	}
 }
 
 // FirstToken records that req's first token arrived ttft after dispatch:
@@ -117,8 +140,12 @@ func (t *Tracker) FirstToken(pod string, req *Request, ttft time.Duration) {
 	}
 	st := t.pod(pod)
 	t.firstLocked(st, f)
+	t.notifyLocked(pod, st)
 	if tokens := f.ahead + f.uncached; tokens >= t.opts.MinSampleTokens && ttft > 0 {
 		st.speed.add(t.opts.Alpha, float64(tokens), ttft.Seconds())
+		if o := t.obs.Load(); o != nil {
+			o.Sampled(pod, tokens, ttft)
+		}
 	}
 }
 
@@ -135,6 +162,9 @@ func (t *Tracker) Done(pod string, req *Request) {
 	defer t.mu.Unlock()
 	if f := t.reqs[req]; f != nil && f.pod == pod {
 		t.doneLocked(req, f)
+		if st := t.pods[pod]; st != nil {
+			t.notifyLocked(pod, st)
+		}
 	}
 }
 
@@ -162,10 +192,10 @@ func (t *Tracker) Apply(pods []*Pod) {
 			p.InFlight, p.InFlightPrefill, p.InFlightPromptTokens, p.InFlightUncachedTokens = 0, 0, 0, 0
 			continue
 		}
-		p.InFlight = st.inFlight
-		p.InFlightPrefill = st.prefill
-		p.InFlightPromptTokens = st.promptTokens
-		p.InFlightUncachedTokens = st.uncached
+		p.InFlight = st.inFlight + st.rsum.InFlight
+		p.InFlightPrefill = st.prefill + st.rsum.Prefill
+		p.InFlightPromptTokens = st.promptTokens + st.rsum.PromptTokens
+		p.InFlightUncachedTokens = st.uncached + st.rsum.Uncached
 		if v := st.speed.value(); v > 0 {
 			p.PrefillTokensPerSec = v
 		}
@@ -183,12 +213,13 @@ func (t *Tracker) PrefillTokensPerSec(pod string) float64 {
 	return 0
 }
 
-// InFlight returns pod's in-flight request count.
+// InFlight returns pod's in-flight request count, peer replicas'
+// included.
 func (t *Tracker) InFlight(pod string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st := t.pods[pod]; st != nil {
-		return st.inFlight
+		return st.inFlight + st.rsum.InFlight
 	}
 	return 0
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/gateway"
 	"github.com/infergate/infergate/tier1/kube"
+	"github.com/infergate/infergate/tier1/peers"
 	"github.com/infergate/infergate/tier1/register"
 )
 
@@ -45,6 +46,9 @@ type Options struct {
 	// MetricsListener, when set, serves /metrics instead of a listener
 	// opened on the config's metrics_listen.
 	MetricsListener net.Listener
+	// PeersListener, when set, receives peer replicas' state instead of a
+	// listener opened on the config's peers.listen.
+	PeersListener net.Listener
 }
 
 // Server is a configured Tier 1, ready to Serve. Close releases it.
@@ -53,6 +57,7 @@ type Server struct {
 	log  *slog.Logger
 	opts Options
 	gw   *gateway.Gateway
+	node *peers.Node // nil unless peers.listen is set
 }
 
 // New builds Tier 1 from cfg (defaults applied, validated). Scraping starts
@@ -71,6 +76,17 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw}
+	if cfg.Peers.Enabled() {
+		if s.node, err = newPeers(cfg, gw, opts.Logger); err != nil {
+			gw.Close()
+			return nil, err
+		}
+		if err := gw.Registry().Register(s.node.Collector()); err != nil {
+			gw.Close()
+			return nil, fmt.Errorf("peers metrics: %w", err)
+		}
+	}
 	if len(cfg.Kubernetes.Sources) > 0 {
 		pools := make([]string, 0, len(cfg.Pools))
 		for _, p := range cfg.Pools {
@@ -88,8 +104,48 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 			}
 		}()
 	}
-	return &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw}, nil
+	return s, nil
 }
+
+// newPeers builds the node that shares the gateway's routing state with
+// the cluster's other replicas (docs/tier1-replicas.md).
+func newPeers(cfg *Config, gw *gateway.Gateway, log *slog.Logger) (*peers.Node, error) {
+	pc := cfg.Peers
+	token, err := pc.ResolveToken()
+	if err != nil {
+		return nil, err
+	}
+	var disc peers.Multi
+	if len(pc.Static) > 0 {
+		disc = append(disc, peers.Static(pc.Static))
+	}
+	if pc.DNS != "" {
+		disc = append(disc, peers.DNS{Name: pc.DNS, Port: pc.PeerPort()})
+	}
+	if pc.Consul {
+		ctoken, err := cfg.Consul.ResolveToken()
+		if err != nil {
+			return nil, err
+		}
+		client, err := api.NewClient(&api.Config{Address: cfg.Consul.Address, Token: ctoken})
+		if err != nil {
+			return nil, fmt.Errorf("peers: consul client: %w", err)
+		}
+		disc = append(disc, peers.Consul{Client: client, Cluster: cfg.Cluster, Port: pc.PeerPort()})
+	}
+	n, err := peers.New(gw.Tracker(), peers.Options{
+		Token: token, DisableAuth: pc.DisableAuth, Discover: disc,
+		TTL: pc.TTL, Flush: pc.Flush, Heartbeat: pc.Heartbeat, Refresh: pc.Refresh,
+		QueueLen: pc.QueueLen, Logger: log.With("component", "peers"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Peers is the state-sharing node, nil when peers are not configured.
+func (s *Server) Peers() *peers.Node { return s.node }
 
 // Gateway is the proxy, for callers that need its handler or its picks.
 func (s *Server) Gateway() *gateway.Gateway { return s.gw }
@@ -126,6 +182,24 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 			})
 		}()
 		s.log.Info("registering in consul", "consul", s.cfg.Consul.Address, "service", cluster.ServiceName, "id", reg.ID)
+	}
+
+	if s.node != nil {
+		pln := s.opts.PeersListener
+		if pln == nil {
+			var err error
+			if pln, err = net.Listen("tcp", s.cfg.Peers.Listen); err != nil {
+				return fmt.Errorf("peers listen: %w", err)
+			}
+		}
+		s.log.Info("sharing routing state with peer replicas", "listen", pln.Addr().String(), "id", s.node.ID())
+		var shared sync.WaitGroup
+		defer func() { cancel(); shared.Wait() }()
+		shared.Add(1)
+		go func() {
+			defer shared.Done()
+			_ = s.node.Run(ctx, pln)
+		}()
 	}
 
 	mln, err := s.metricsListener()

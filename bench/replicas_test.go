@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/bench/workload"
+)
+
+func TestOneReplicaIsTheDefault(t *testing.T) {
+	setup := Setup{Name: "test", Fleet: smallFleet()}
+	st := smallStream(5)
+	pol := mustPolicy(t, PolicyInfergate)
+	a, err := Run(context.Background(), setup, pol, 5, st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(context.Background(), setup, pol, 5, st, Options{Replicas: Replicas{N: 1, Share: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("one router differs from the default run")
+	}
+}
+
+// TestReplicasShareThePrefix: one long shared prefix over 8 pods, arrivals
+// split over 4 routers. Without sharing each router learns the prefix on
+// its own pods; with sharing they keep it together as one router does.
+func TestReplicasShareThePrefix(t *testing.T) {
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 8}}}
+	f.SetDefaults()
+	s := scenario.Scenario{
+		Name:     "prefix",
+		Duration: 20 * time.Second,
+		Gen: scenario.Independent{
+			Arrivals:     workload.Poisson{Rate: 3},
+			Prompt:       workload.LogNormal{Median: 100, P90Ratio: 1.5, Min: 16, Max: 400},
+			Output:       workload.LogNormal{Median: 20, Min: 1, Max: 50},
+			Prefixes:     1,
+			PrefixTokens: workload.LogNormal{Median: 3000},
+		},
+	}
+	st := s.Stream(3)
+	run := func(r Replicas) (pods int, hit float64) {
+		t.Helper()
+		opts := Options{Replicas: r}
+		a, err := Run(context.Background(), Setup{Name: "prefix", Fleet: f}, mustPolicy(t, PolicyInfergate), 3, st, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(context.Background(), Setup{Name: "prefix", Fleet: f}, mustPolicy(t, PolicyInfergate), 3, st, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%+v: two runs of the same seed differ", r)
+		}
+		for _, c := range a.PodRequests {
+			if c > 0 {
+				pods++
+			}
+		}
+		return pods, a.PrefixHitRate
+	}
+	onePods, oneHit := run(Replicas{})
+	sepPods, sepHit := run(Replicas{N: 4})
+	shPods, shHit := run(Replicas{N: 4, Share: true})
+	t.Logf("pods used / prefix hit: one router %d/%.3f, 4 unshared %d/%.3f, 4 shared %d/%.3f", onePods, oneHit, sepPods, sepHit, shPods, shHit)
+	if sepPods <= onePods {
+		t.Errorf("4 unshared routers used %d pods, one router %d: want the prefix scattered", sepPods, onePods)
+	}
+	if shPods > 3 || shHit <= sepHit {
+		t.Errorf("4 shared routers used %d pods with prefix hit %.3f (unshared %.3f); want ≤ 3 pods and more hits", shPods, shHit, sepHit)
+	}
+}
