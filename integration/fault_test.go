@@ -229,14 +229,63 @@ func (s *stack) meteredLoad(d time.Duration) loadSpec {
 		rate: meteredRate, duration: d, maxTokens: 8, streamEvery: 3, limited: true}
 }
 
-// degradedBound is the documented most a tenant with limit rpm can be
-// admitted beyond its limit when the limiter decides locally for
-// `degraded` (fail open, one replica: a token bucket of rpm per minute with
-// a burst of rpm/4) and Redis then loses up to one window of counts (a
-// restart without persistence, or writes a failed-over master had not
-// replicated), plus one for rounding. docs/tier2-limits.md.
-func degradedBound(rpm int, degraded time.Duration) int {
-	return rpm/4 + int(math.Ceil(float64(rpm)*degraded.Minutes())) + rpm + 1
+// failOpenAllowance is what the limiter may admit for a tenant with limit
+// rpm beyond it while deciding locally (fail open, one replica; see
+// docs/tier2-limits.md): in each fail-open period a token bucket's burst of
+// rpm/4, plus rpm per minute of fail-open time, counted over [from, to).
+func failOpenAllowance(rpm int, ps []downPeriod, from, to time.Duration) int {
+	d, n := total(ps, from, to)
+	return n*(rpm/4) + int(math.Ceil(float64(rpm)*d.Minutes()))
+}
+
+// admittedEndedBefore counts a load's admitted requests that had ended
+// before t, so were surely admitted before it.
+func admittedEndedBefore(recs []record, t time.Duration) int {
+	n := 0
+	for _, r := range recs {
+		if (r.outcome == answered || r.outcome == cutMidStream) && r.end < t {
+			n++
+		}
+	}
+	return n
+}
+
+// checkMetered asserts the metered tenant's limit around a Redis fault at
+// faultAt: before it, on the Redis path, no overshoot beyond what fail-open
+// periods the limiter went through (a Redis call slower than its 50 ms
+// timeout starts one) allow; overall, at most those periods' allowance plus
+// one window of counts Redis may lose (an empty restart, or writes a
+// failed-over master had not replicated), plus one for rounding; and 429s
+// again from limitsBack on. It returns the overall bound for the figures.
+func checkMetered(t *testing.T, mrecs []record, ps []downPeriod, faultAt, limitsBack, end time.Duration) int {
+	t.Helper()
+	if n, allow := admittedEndedBefore(mrecs, faultAt), failOpenAllowance(meteredRPM, ps, 0, faultAt); n > meteredRPM+allow {
+		t.Errorf("before the fault: %d admitted, limit %d plus fail-open allowance %d", n, meteredRPM, allow)
+	}
+	if count(mrecs, limited, 0, faultAt) == 0 {
+		t.Errorf("metered was never limited before the fault: the test does not saturate its limit")
+	}
+	bound := failOpenAllowance(meteredRPM, ps, 0, end+time.Minute) + meteredRPM + 1
+	over := max(0, admittedInWindow(mrecs, time.Minute)-meteredRPM)
+	if over > bound {
+		t.Errorf("metered admitted %d beyond its limit of %d; documented bound %d", over, meteredRPM, bound)
+	}
+	if count(mrecs, limited, limitsBack, end) == 0 {
+		t.Errorf("metered never limited after %v: limits did not recover", limitsBack.Round(time.Millisecond))
+	}
+	return bound
+}
+
+// failOpenFigures describes the limiter's fail-open periods, split at the
+// fault.
+func failOpenFigures(ps []downPeriod, faultAt time.Duration) string {
+	d, n := total(ps, 0, time.Hour)
+	if faultAt == 0 {
+		return fmt.Sprintf("limiter_fail_open=%v/%d_periods", d.Round(100*time.Millisecond), n)
+	}
+	sd, sn := total(ps, 0, faultAt)
+	return fmt.Sprintf("limiter_fail_open=%v/%d_periods (before_fault=%v/%d)",
+		d.Round(100*time.Millisecond), n, sd.Round(100*time.Millisecond), sn)
 }
 
 // TestFaultRedisRestartEmpty stops Redis for 20 s under load and starts it
@@ -253,6 +302,7 @@ func TestFaultRedisRestartEmpty(t *testing.T) {
 	ctx := faultContext(t)
 	const dur, stopAt, startAt = 38 * time.Second, 6 * time.Second, 26 * time.Second
 	begin := time.Now()
+	watch := watchLimiter(ctx, s.tier2URL+"/metrics", begin)
 	acme := startLoad(ctx, s.acmeLoad("redis-restart", 20, dur))
 	met := startLoad(ctx, s.meteredLoad(dur))
 	met.at(stopAt)
@@ -262,30 +312,21 @@ func TestFaultRedisRestartEmpty(t *testing.T) {
 	s.redis.Start() // empty: persistence is off
 	started := met.since()
 	arecs, mrecs := acme.wait(), met.wait()
+	ps := watch.periods()
 
 	f := sum(arecs, mrecs)
 	f.overAdmitted = max(0, admittedInWindow(mrecs, time.Minute)-meteredRPM)
-	bound := degradedBound(meteredRPM, started-stopped+limiterRecovery)
 	phase := func(from, to time.Duration) string {
 		return fmt.Sprintf("%d/%d", count(mrecs, answered, from, to)+count(mrecs, cutMidStream, from, to), count(mrecs, limited, from, to))
 	}
-	f.report(t, "redis-restart-empty", time.Since(begin), fmt.Sprintf(
-		"metered_admitted/429: before=%s down=%s after=%s over_admitted_bound=%d outage=%v",
-		phase(0, stopped), phase(stopped, started), phase(started, dur), bound, (started - stopped).Round(time.Millisecond)))
 	requireNoFailedBefore(t, f)
-	if f.overAdmitted > bound {
-		t.Errorf("metered admitted %d beyond its limit of %d, documented bound %d", f.overAdmitted, meteredRPM, bound)
-	}
-	// Before the outage the Redis path allows no overshoot at all.
-	if n := count(mrecs, answered, 0, stopped) + count(mrecs, cutMidStream, 0, stopped); n > meteredRPM || count(mrecs, limited, 0, stopped) == 0 {
-		t.Errorf("before the outage: %d admitted and %d limited, want at most %d admitted and some limited",
-			n, count(mrecs, limited, 0, stopped), meteredRPM)
-	}
-	// Limits recover: once the limiter is back on Redis, the (new) window
-	// fills and metered is refused again.
-	if n := count(mrecs, limited, started+limiterRecovery+meteredRPM/meteredRate*time.Second, dur); n == 0 {
-		t.Errorf("metered never limited after Redis came back")
-	}
+	// The window Redis forgot fills again within meteredRPM/meteredRate
+	// seconds of the limiter using Redis again.
+	bound := checkMetered(t, mrecs, ps, stopped, started+limiterRecovery+meteredRPM/meteredRate*time.Second, dur)
+	f.report(t, "redis-restart-empty", time.Since(begin), fmt.Sprintf(
+		"outage=%v over_admitted_bound=%d metered_admitted/429: before=%s down=%s after=%s %s",
+		(started-stopped).Round(time.Millisecond), bound, phase(0, stopped), phase(stopped, started), phase(started, dur),
+		failOpenFigures(ps, stopped)))
 }
 
 // TestFaultRedisClusterFailover runs Tier 2 on a real Redis Cluster (three
@@ -313,6 +354,7 @@ func TestFaultRedisClusterFailover(t *testing.T) {
 
 	const dur, killAt = 30 * time.Second, 8 * time.Second
 	begin := time.Now()
+	watch := watchLimiter(ctx, s.tier2URL+"/metrics", begin)
 	acme := startLoad(ctx, s.acmeLoad("redis-cluster-failover", 20, dur))
 	met := startLoad(ctx, s.meteredLoad(dur))
 	met.at(killAt)
@@ -321,23 +363,35 @@ func TestFaultRedisClusterFailover(t *testing.T) {
 	nu, err := rc.WaitMasterChange(slot, old.Addr, 20*time.Second)
 	promoted := met.since()
 	arecs, mrecs := acme.wait(), met.wait()
+	ps := watch.periods()
 	if err != nil {
 		t.Fatalf("replica of %s never took over slot %d: %v", old.Addr, slot, err)
 	}
 
 	f := sum(arecs, mrecs)
 	f.overAdmitted = max(0, admittedInWindow(mrecs, time.Minute)-meteredRPM)
-	bound := degradedBound(meteredRPM, promoted-killed+limiterRecovery)
-	f.report(t, "redis-cluster-failover", time.Since(begin), fmt.Sprintf(
-		"killed_master=%s promoted=%s failover=%v tenants_slot_master=%s over_admitted_bound=%d metered_admitted/429: before=%d/%d after=%d/%d",
-		old.Addr, nu.Addr, (promoted - killed).Round(time.Millisecond), tmaster.Addr, bound,
-		count(mrecs, answered, 0, killed), count(mrecs, limited, 0, killed),
-		count(mrecs, answered, killed, dur), count(mrecs, limited, killed, dur)))
 	requireNoFailedBefore(t, f)
-	if f.overAdmitted > bound {
-		t.Errorf("metered admitted %d beyond its limit of %d, documented bound %d", f.overAdmitted, meteredRPM, bound)
-	}
-	if n := count(mrecs, limited, promoted+limiterRecovery, dur); n == 0 {
-		t.Errorf("metered never limited after the failover")
-	}
+	// The promoted replica has the window's counts: metered stays limited.
+	bound := checkMetered(t, mrecs, ps, killed, promoted+limiterRecovery, dur)
+	f.report(t, "redis-cluster-failover", time.Since(begin), fmt.Sprintf(
+		"killed_master=%s promoted=%s failover=%v tenants_slot_master=%s over_admitted_bound=%d metered_admitted/429: before=%d/%d after=%d/%d %s",
+		old.Addr, nu.Addr, (promoted-killed).Round(time.Millisecond), tmaster.Addr, bound,
+		count(mrecs, answered, 0, killed), count(mrecs, limited, 0, killed),
+		count(mrecs, answered, killed, dur), count(mrecs, limited, killed, dur), failOpenFigures(ps, killed)))
+	// Once the replica has taken over, the limiter should be back on Redis
+	// within its probe backoff. Known bug (docs/reliability.md, "Redis
+	// Cluster failover"): go-redis keeps sending the failed master's slots
+	// to its dead address until its periodic cluster-state reload (60 s),
+	// and the probe's PING, answered by any live node, only makes the
+	// limiter flap. Skipped while that holds, so the check starts to assert
+	// by itself once it is fixed.
+	t.Run("limiter back on redis", func(t *testing.T) {
+		from := promoted + limiterRecovery
+		d, n := total(ps, from, dur)
+		if d > (dur-from)/4 {
+			t.Skipf("KNOWN BUG: limiter fail-open %v in %d periods of the %v after the failover plus recovery time; "+
+				"go-redis does not reload the cluster slots on connection errors (docs/reliability.md)",
+				d.Round(100*time.Millisecond), n, (dur - from).Round(100*time.Millisecond))
+		}
+	})
 }

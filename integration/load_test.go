@@ -133,8 +133,8 @@ func (l *loadRun) wait() []record {
 	return l.records
 }
 
-func (l *loadRun) one(ctx context.Context, client *http.Client, i int, stream bool) record {
-	r := record{start: time.Since(l.began), stream: stream}
+func (l *loadRun) one(ctx context.Context, client *http.Client, i int, stream bool) (r record) {
+	r = record{start: time.Since(l.began), stream: stream}
 	defer func() { r.end = time.Since(l.began) }()
 	ctx, cancel := context.WithTimeout(ctx, l.spec.timeout)
 	defer cancel()
@@ -393,4 +393,85 @@ func metricValue(ctx context.Context, url, name string) (float64, error) {
 		return 0, fmt.Errorf("%s: no %s", url, name)
 	}
 	return total, nil
+}
+
+// limiterWatch polls Tier 2's infergate_ratelimit_redis_down gauge, so a
+// test knows how long the limiter decided locally (fail open), whether
+// from the fault it injected or from a Redis call that merely timed out.
+type limiterWatch struct {
+	began    time.Time
+	interval time.Duration
+	stop     context.CancelFunc
+	done     chan struct{}
+	mu       sync.Mutex
+	samples  []downSample
+}
+
+type downSample struct {
+	at   time.Duration
+	down bool
+}
+
+// downPeriod is one stretch of fail-open decisions, widened by the poll
+// interval on both sides (it may have begun right after the last "up"
+// sample and ended right before the next).
+type downPeriod struct{ from, to time.Duration }
+
+func watchLimiter(ctx context.Context, metricsURL string, began time.Time) *limiterWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &limiterWatch{began: began, interval: 100 * time.Millisecond, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(w.interval)
+		defer tick.Stop()
+		for {
+			v, err := metricValue(ctx, metricsURL, "infergate_ratelimit_redis_down")
+			if err == nil {
+				w.mu.Lock()
+				w.samples = append(w.samples, downSample{time.Since(began), v > 0})
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// periods stops the watch and returns the fail-open periods.
+func (w *limiterWatch) periods() []downPeriod {
+	w.stop()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []downPeriod
+	for i := 0; i < len(w.samples); i++ {
+		if !w.samples[i].down {
+			continue
+		}
+		j := i
+		for j+1 < len(w.samples) && w.samples[j+1].down {
+			j++
+		}
+		out = append(out, downPeriod{from: w.samples[i].at - w.interval, to: w.samples[j].at + w.interval})
+		i = j
+	}
+	return out
+}
+
+// total is the time of periods overlapping [from, to), and how many.
+func total(ps []downPeriod, from, to time.Duration) (time.Duration, int) {
+	var d time.Duration
+	n := 0
+	for _, p := range ps {
+		lo, hi := max(p.from, from), min(p.to, to)
+		if hi > lo {
+			d += hi - lo
+			n++
+		}
+	}
+	return d, n
 }
