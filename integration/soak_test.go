@@ -91,7 +91,7 @@ func TestSoak(t *testing.T) {
 	if dl, ok := t.Deadline(); ok && time.Until(dl) < warm+d+time.Minute {
 		t.Fatalf("INFERGATE_SOAK=%v needs a go test -timeout above %v (make soak sets one)", d, warm+d+time.Minute)
 	}
-	const soakRPM = 60
+	const soakRPM = 30
 	limitedTenant := seedTenant{id: "soak-limited", key: "sk-it-soak-limited", rpm: soakRPM}
 	s := startStackOpts(t, stackOptions{timeScale: 0.25, tenants: []seedTenant{limitedTenant}})
 	ctx, cancel := context.WithTimeout(context.Background(), warm+d+2*time.Minute)
