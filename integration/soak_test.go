@@ -86,6 +86,7 @@ func (w *soaked) peak(from, to time.Duration) procStats {
 // they catch leaks (a goroutine or a buffer per request), not noise.
 // Every request must succeed.
 func TestSoak(t *testing.T) {
+	needBinary(t)
 	d, rate := soakSettings(t)
 	warm := min(max(d/10, 5*time.Second), time.Minute)
 	if dl, ok := t.Deadline(); ok && time.Until(dl) < warm+d+time.Minute {
