@@ -22,9 +22,10 @@ import (
 // broken answer), and, where a tenant has a limit, requests admitted beyond
 // it. It asserts what the product promises for that fault.
 
-// faultTimeScale slows the simulated GPUs to half real speed, so a request
-// of faultTokens tokens takes a few hundred milliseconds and a process
-// killed under load always has requests in flight.
+// faultTimeScale runs the simulated GPUs at twice real speed, ten times
+// slower than the other end-to-end tests, so a request of faultTokens
+// tokens takes a few hundred milliseconds and a process killed under load
+// has requests in flight.
 const (
 	faultTimeScale = 0.5
 	faultTokens    = 24

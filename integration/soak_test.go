@@ -90,9 +90,9 @@ func (w *soaked) median(from, to time.Duration) procStats {
 // streaming, plus a tenant kept over its limit) for INFERGATE_SOAK, and
 // checks that Tier 2's and a Tier 1's resident memory and goroutines stay
 // flat: idle after the load as idle before it (after a warm-up), and under
-// load late in the run as early in it (medians of samples). The bounds are loose on purpose —
-// they catch leaks (a goroutine or a buffer per request), not noise.
-// Every request must succeed.
+// load late in the run as early in it (medians of samples). The bounds are
+// loose on purpose — they catch leaks (a goroutine or a buffer per
+// request), not noise. Every request must succeed.
 func TestSoak(t *testing.T) {
 	needBinary(t)
 	d, rate := soakSettings(t)
