@@ -59,3 +59,11 @@ run: build
 ## bench: regenerate BENCHMARKS.md from scratch.
 bench: build
 	./scripts/bench.sh
+
+## soak: the soak test alone, SOAK long (default 10m) at SOAK_RATE req/s; Tier 2's
+## and a Tier 1's RSS and goroutines must stay flat (docs/reliability.md).
+SOAK ?= 10m
+SOAK_RATE ?= 20
+.PHONY: soak
+soak:
+	INFERGATE_SOAK=$(SOAK) INFERGATE_SOAK_RATE=$(SOAK_RATE) $(GO) test -count=1 -timeout 60m -run '^TestSoak$$' -v ./integration

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -29,37 +30,71 @@ const timeScale = 0.05
 // us-east/cluster-a (cheapest) and cluster-b, eu-west/cluster-c and
 // cluster-d.
 type stack struct {
-	dir        string
-	redis      *testservice.Redis
-	consul     *testservice.Consul
-	sim        *proc
-	tier1      map[string]*proc  // by cluster
-	tier1Addr  map[string]string // by cluster, host:port
-	tier1Conf  map[string]string // by cluster, config file
-	clusters   map[string]devstack.Cluster
-	tier2      *proc
-	tier2URL   string // http://host:port
-	adminURL   string
-	adminToken string
-	apiKey     string // tenant "acme"
-	tier1Token string
+	dir       string
+	redis     *testservice.Redis
+	consul    *testservice.Consul
+	sim       *proc
+	tier1     map[string]*proc  // by cluster
+	tier1Addr map[string]string // by cluster, host:port
+	// tier1Metrics and tier2Metrics are the /metrics URLs: each tier
+	// serves them on their own listener, not the API port.
+	tier1Metrics map[string]string
+	tier2Metrics string
+	tier1Conf    map[string]string // by cluster, config file
+	clusters     map[string]devstack.Cluster
+	tier2        *proc
+	tier2URL     string // http://host:port
+	adminURL     string
+	adminToken   string
+	apiKey       string // tenant "acme"
+	tier1Token   string
+	opts         stackOptions
+}
+
+// stackOptions vary the stack for one test; the zero value is the default
+// stack.
+type stackOptions struct {
+	// timeScale is real seconds per simulated second; default timeScale.
+	// Fault tests slow the GPUs down so requests are in flight when a
+	// process dies.
+	timeScale float64
+	// redisAddrs is the Redis Tier 2 uses (several: a Redis Cluster);
+	// default a fresh single node, s.redis.
+	redisAddrs []string
+	// tenants are seeded next to acme, each with its own key.
+	tenants []seedTenant
+}
+
+// seedTenant is a tenant and API key in tier2's config, with a
+// requests-per-minute limit (0: unlimited).
+type seedTenant struct {
+	id, key string
+	rpm     int
 }
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
+	return startStackOpts(t, stackOptions{})
+}
+
+func startStackOpts(t *testing.T, o stackOptions) *stack {
+	t.Helper()
 	needBinary(t)
 	s := &stack{
-		dir: t.TempDir(), tier1: map[string]*proc{}, tier1Addr: map[string]string{}, tier1Conf: map[string]string{},
+		dir: t.TempDir(), tier1: map[string]*proc{}, tier1Addr: map[string]string{}, tier1Metrics: map[string]string{}, tier1Conf: map[string]string{},
 		clusters:   map[string]devstack.Cluster{},
 		adminToken: "it-admin-token", apiKey: "sk-it-acme", tier1Token: "it-tier1-token",
+		opts: o,
 	}
-	s.redis = testservice.StartRedis(t)
+	if len(o.redisAddrs) == 0 {
+		s.redis = testservice.StartRedis(t)
+	}
 	s.consul = testservice.StartConsul(t)
 
 	// One fleet file for every pod; replicas are expanded here so each pod
 	// gets its own free port (fleet numbers replicas' ports consecutively).
 	topo := devstack.Topology()
-	fc := fleet.Config{TimeScale: timeScale, Host: "127.0.0.1"}
+	fc := fleet.Config{TimeScale: cmp.Or(o.timeScale, timeScale), Host: "127.0.0.1"}
 	podsOf := map[string][]fleet.PodSpec{}
 	for _, c := range topo {
 		s.clusters[c.Name] = c
@@ -120,8 +155,9 @@ func mustYAML(t *testing.T, v any) string {
 func (s *stack) startTier1(t *testing.T, c devstack.Cluster, pods []fleet.PodSpec) {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(testservice.FreePort(t))
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testservice.FreePort(t))
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: %s\ncluster: %s\nregion: %s\n", addr, c.Name, c.Region)
+	fmt.Fprintf(&b, "listen: %s\nmetrics_listen: %s\ncluster: %s\nregion: %s\n", addr, metricsAddr, c.Name, c.Region)
 	fmt.Fprintf(&b, "auth: {tokens: [%s]}\nscrape: {interval: 100ms}\n", s.tier1Token)
 	fmt.Fprintf(&b, "consul: {address: %q, cost: %v, pricing: %s, capacity: 64, check_interval: 1s}\npools:\n",
 		s.consul.Addr(), c.Cost, c.Pricing)
@@ -135,6 +171,7 @@ func (s *stack) startTier1(t *testing.T, c devstack.Cluster, pods []fleet.PodSpe
 	}
 	s.tier1Conf[c.Name] = s.write(t, "tier1-"+c.Name+".yaml", b.String())
 	s.tier1Addr[c.Name] = addr
+	s.tier1Metrics[c.Name] = "http://" + metricsAddr + "/metrics"
 	s.runTier1(t, c.Name)
 }
 
@@ -148,6 +185,12 @@ func (s *stack) startTier2(t *testing.T) {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(testservice.FreePort(t))
 	adminAddr := "127.0.0.1:" + strconv.Itoa(testservice.FreePort(t))
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testservice.FreePort(t))
+	var tenants, keys strings.Builder
+	for _, ten := range s.opts.tenants {
+		fmt.Fprintf(&tenants, "  - id: %s\n    limits: {rpm: %d}\n", ten.id, ten.rpm)
+		fmt.Fprintf(&keys, "  - {tenant: %s, name: integration, key: %s}\n", ten.id, ten.key)
+	}
 	// No static clusters: everything Tier 2 routes to comes from Consul.
 	cfg := fmt.Sprintf(`listen: %s
 region: %s
@@ -167,25 +210,37 @@ routing:
 redis:
   addresses: [%s]
   key_prefix: "it:"
+admin:
+  listen: %s
+  token: %s
 tenants:
   - id: acme
     name: ACME Corp
     limits: {rpm: 100000, concurrent: 64}
+%s
 keys:
   - tenant: acme
     name: integration
     key: %s
-admin:
-  listen: %s
-  token: %s
+%s
 metrics:
-  listen: 127.0.0.1:0
-`, addr, devstack.HomeRegion, devstack.FailoverRegion, s.consul.Addr(), s.tier1Token, s.redis.Addr(), s.apiKey, adminAddr, s.adminToken)
+  listen: %s
+`, addr, devstack.HomeRegion, devstack.FailoverRegion, s.consul.Addr(), s.tier1Token,
+		strings.Join(s.redisAddrs(), ", "), adminAddr, s.adminToken, tenants.String(), s.apiKey, keys.String(), metricsAddr)
 	path := s.write(t, "tier2.yaml", cfg)
 	s.tier2 = startProc(t, "tier2", "tier2", "--config", path, "--log-level", "warn")
 	s.tier2URL, s.adminURL = "http://"+addr, "http://"+adminAddr
+	s.tier2Metrics = "http://" + metricsAddr + "/metrics"
 	waitOK(t, s.tier2, s.tier2URL+"/ready", 30*time.Second)
 	waitOK(t, s.tier2, s.adminURL+"/openapi.json", 10*time.Second)
+}
+
+// redisAddrs is the Redis Tier 2 is configured with.
+func (s *stack) redisAddrs() []string {
+	if len(s.opts.redisAddrs) > 0 {
+		return s.opts.redisAddrs
+	}
+	return []string{s.redis.Addr()}
 }
 
 // chat sends one small non-streaming chat completion to Tier 2 and returns
