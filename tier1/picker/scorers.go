@@ -37,10 +37,12 @@ func (s scorerSpec) withDefaults(p map[string]float64) map[string]float64 {
 }
 
 var scorerSpecs = map[string]scorerSpec{
-	ScorerQueue:        {build: func(buildContext) scorer { return queueScorer{} }},
-	ScorerKVCache:      {build: func(buildContext) scorer { return kvScorer{} }},
-	ScorerRunning:      {build: func(buildContext) scorer { return runningScorer{} }},
-	ScorerLoRAAffinity: {build: func(buildContext) scorer { return loraScorer{} }},
+	ScorerCacheAwareTTFT:  cacheAwareSpec,
+	ScorerSessionAffinity: sessionSpec,
+	ScorerQueue:           {build: func(buildContext) scorer { return queueScorer{} }},
+	ScorerKVCache:         {build: func(buildContext) scorer { return kvScorer{} }},
+	ScorerRunning:         {build: func(buildContext) scorer { return runningScorer{} }},
+	ScorerLoRAAffinity:    {build: func(buildContext) scorer { return loraScorer{} }},
 	ScorerPrefix: {
 		params: map[string]float64{
 			ParamGuardAbs:          8,

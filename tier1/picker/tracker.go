@@ -18,6 +18,9 @@ type TrackerOptions struct {
 	// MinSampleTokens: first tokens after fewer prefill tokens than this
 	// (own uncached plus queued ahead) teach nothing; default 32.
 	MinSampleTokens int
+	// Sessions bound the session → pod memory of the session-affinity
+	// scorer.
+	Sessions SessionOptions
 }
 
 // Tracker is the router's own view of its pods: what it sent where (the
@@ -30,8 +33,9 @@ type TrackerOptions struct {
 // the full non-streamed response) arrives, Done when it ends in any way.
 // A retry on another pod is Done on the first, then Dispatched again.
 type Tracker struct {
-	opts TrackerOptions
-	idx  *prefix.Index
+	opts     TrackerOptions
+	idx      *prefix.Index
+	sessions sessionStore
 
 	mu   sync.Mutex
 	pods map[string]*podState
@@ -59,12 +63,14 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	if opts.MinSampleTokens <= 0 {
 		opts.MinSampleTokens = 32
 	}
-	return &Tracker{
+	t := &Tracker{
 		opts: opts,
 		idx:  prefix.NewIndex(opts.Index),
 		pods: make(map[string]*podState),
 		reqs: make(map[*Request]*flight),
 	}
+	t.sessions.opts = opts.Sessions
+	return t
 }
 
 // Index returns the prefix index the tracker records into.
@@ -92,6 +98,7 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		uncached -= uncached * m[0] / n
 		t.idx.Record(pod, req.BlockHashes)
 	}
+	t.sessions.record(req.Session, pod)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old := t.reqs[req]; old != nil {
