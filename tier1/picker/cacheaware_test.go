@@ -2,6 +2,7 @@ package picker
 
 import (
 	"fmt"
+	"os"
 	"testing"
 )
 
@@ -182,5 +183,23 @@ func TestCacheAwareDeliberateReplicaBeforeSaturation(t *testing.T) {
 	on := scoreOnly(t, ScorerCacheAwareTTFT, map[string]float64{ParamHotQueueMs: 250}, tr, req, pods)
 	if !(on[2] == 1 && on[0] == 1 && on[1] < 1) {
 		t.Fatalf("trigger on: got %v, want c costed as the holder and b below", on)
+	}
+}
+
+func TestCacheAwareExampleProfile(t *testing.T) {
+	data, err := os.ReadFile("../../examples/picker-cache-aware.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseProfile("picker-cache-aware.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Weight(ScorerCacheAwareTTFT) != 6 || c.Weight(ScorerSessionAffinity) != 2 ||
+		c.Weight(ScorerLoRAAffinity) != 10 || c.Weight(ScorerPredictedLatency) != 5 {
+		t.Fatalf("scorers %+v", c.Scorers)
+	}
+	if _, err := NewScheduler(c, Options{Tracker: NewTracker(TrackerOptions{})}); err != nil {
+		t.Fatal(err)
 	}
 }
