@@ -37,12 +37,10 @@ func (s scorerSpec) withDefaults(p map[string]float64) map[string]float64 {
 }
 
 var scorerSpecs = map[string]scorerSpec{
-	ScorerCacheAwareTTFT:  cacheAwareSpec,
-	ScorerSessionAffinity: sessionSpec,
-	ScorerQueue:           {build: func(buildContext) scorer { return queueScorer{} }},
-	ScorerKVCache:         {build: func(buildContext) scorer { return kvScorer{} }},
-	ScorerRunning:         {build: func(buildContext) scorer { return runningScorer{} }},
-	ScorerLoRAAffinity:    {build: func(buildContext) scorer { return loraScorer{} }},
+	ScorerQueue:        {build: func(buildContext) scorer { return queueScorer{} }},
+	ScorerKVCache:      {build: func(buildContext) scorer { return kvScorer{} }},
+	ScorerRunning:      {build: func(buildContext) scorer { return runningScorer{} }},
+	ScorerLoRAAffinity: {build: func(buildContext) scorer { return loraScorer{} }},
 	ScorerPrefix: {
 		params: map[string]float64{
 			ParamGuardAbs:          8,
@@ -77,6 +75,8 @@ var scorerSpecs = map[string]scorerSpec{
 			}
 		},
 	},
+	ScorerCacheAwareTTFT:  cacheAwareSpec,
+	ScorerSessionAffinity: sessionSpec,
 }
 
 func knownScorers() string {

@@ -33,9 +33,10 @@ type TrackerOptions struct {
 // the full non-streamed response) arrives, Done when it ends in any way.
 // A retry on another pod is Done on the first, then Dispatched again.
 type Tracker struct {
-	opts     TrackerOptions
-	idx      *prefix.Index
-	sessions sessionStore
+	opts TrackerOptions
+	idx  *prefix.Index
+
+	sessions sessionStore // session → pod of its last turn
 
 	mu   sync.Mutex
 	pods map[string]*podState
