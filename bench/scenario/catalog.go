@@ -169,6 +169,21 @@ func multiTurnChat() Scenario {
 	}
 }
 
+// multiTurnChatHeavy is multi-turn-chat at about 1.5× the session rate,
+// with shorter think times: each turn's cached conversation competes with
+// real queueing, so a router must weigh the cached overlap against load
+// rather than follow it blindly (issue 14).
+func multiTurnChatHeavy() Scenario {
+	s := multiTurnChat()
+	s.Name = "multi-turn-chat-heavy"
+	s.Summary = "Llama-3.1-8B on 8 A10G pods; chat sessions at ~1.5x multi-turn-chat's rate, 3 s think time"
+	g := s.Gen.(Chat)
+	g.SessionRate = 0.9
+	g.Think = 3 * time.Second
+	s.Gen = g
+	return s
+}
+
 func manyLoRA() Scenario {
 	return Scenario{
 		Name:    "many-lora",
@@ -264,7 +279,7 @@ func (g prioritized) Generate(r *rand.Rand, dur time.Duration, adapters []string
 
 var catalog = []func() Scenario{
 	mixedGPU8B, mixedGPU32B, bursty70B, bursty235B, sharedPrefix8B, uniform235B,
-	multiTurnChat, manyLoRA, scale1000, priorityMix8B,
+	multiTurnChat, manyLoRA, scale1000, priorityMix8B, multiTurnChatHeavy,
 }
 
 // All returns every scenario, the six AWS analogues first.

@@ -33,6 +33,9 @@ type Request struct {
 	// absent or null.
 	Messages, Prompt, Input []byte
 	CacheSalt               string
+	// User and PromptCacheKey are the client's end-user id and cache
+	// routing key: hints for session affinity only, never trusted.
+	User, PromptCacheKey string
 }
 
 // StreamOptions is the request's stream_options object.
@@ -55,7 +58,7 @@ func (e *RequestError) Error() string { return e.Message }
 // and case-variant spellings.
 var RequestFields = jsonkeys.NewSet(
 	"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-	"n", "messages", "prompt", "input", "cache_salt")
+	"n", "messages", "prompt", "input", "cache_salt", "user", "prompt_cache_key")
 
 const (
 	fModel = iota
@@ -68,6 +71,8 @@ const (
 	fPrompt
 	fInput
 	fCacheSalt
+	fUser
+	fPromptCacheKey
 	nFields
 )
 
@@ -92,6 +97,12 @@ func ParseRequest(body []byte) (*Request, error) {
 		return nil, err
 	}
 	if r.CacheSalt, err = stringField("cache_salt", vals[fCacheSalt]); err != nil {
+		return nil, err
+	}
+	if r.User, err = stringField("user", vals[fUser]); err != nil {
+		return nil, err
+	}
+	if r.PromptCacheKey, err = stringField("prompt_cache_key", vals[fPromptCacheKey]); err != nil {
 		return nil, err
 	}
 	if r.Stream, err = boolField("stream", vals[fStream]); err != nil {

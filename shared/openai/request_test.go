@@ -7,7 +7,8 @@ import (
 
 func TestRequestFieldsOrder(t *testing.T) {
 	names := RequestFields.Names()
-	if len(names) != nFields || names[fModel] != "model" || names[fN] != "n" || names[fCacheSalt] != "cache_salt" {
+	if len(names) != nFields || names[fModel] != "model" || names[fN] != "n" || names[fCacheSalt] != "cache_salt" ||
+		names[fUser] != "user" || names[fPromptCacheKey] != "prompt_cache_key" {
 		t.Fatalf("field indexes out of step with %v", names)
 	}
 }
@@ -37,6 +38,12 @@ func TestParseRequest(t *testing.T) {
 		{name: "nested duplicate", body: `{"stream_options":{"include_usage":true,"include_usage":false}}`, code: "duplicate_key", param: "stream_options.include_usage"},
 		{name: "duplicate messages", body: `{"messages":[],"messages":[]}`, code: "duplicate_key", param: "messages"},
 		{name: "cache_salt variant", body: `{"cache_salt":"a","CACHE_SALT":"b"}`, code: "duplicate_key", param: "cache_salt"},
+		{name: "session hints", body: `{"user":"u-1","prompt_cache_key":"conv-9"}`,
+			check: func(r *Request) bool { return r.User == "u-1" && r.PromptCacheKey == "conv-9" }},
+		{name: "user variant", body: `{"user":"a","User":"b"}`, code: "duplicate_key", param: "user"},
+		{name: "prompt_cache_key duplicate", body: `{"prompt_cache_key":"a","prompt_cache_key":"b"}`, code: "duplicate_key", param: "prompt_cache_key"},
+		{name: "prompt_cache_key variant", body: `{"Prompt_Cache_Key":"a"}`, code: "duplicate_key", param: "prompt_cache_key"},
+		{name: "user number", body: `{"user":7}`, code: "invalid_type", param: "user"},
 		{name: "n variant", body: `{"N":2}`, code: "duplicate_key", param: "n"},
 		{name: "huge max_tokens", body: `{"max_tokens":4611686018427387904}`, code: "invalid_value", param: "max_tokens"},
 		{name: "beyond int64", body: `{"max_tokens":99999999999999999999999}`, code: "invalid_value", param: "max_tokens"},

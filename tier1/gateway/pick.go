@@ -134,7 +134,7 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 	wctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Request)
 	defer cancel()
 	req, pool, rf := g.route(wctx, st, routeInput{ep: ep, data: pr.Body, id: h.Get("X-Request-Id"),
-		prioHdr: h.Get(HeaderPriority), sloHdr: h.Get(HeaderTTFTSLO), trusted: trusted}, cb)
+		prioHdr: h.Get(HeaderPriority), sloHdr: h.Get(HeaderTTFTSLO), sessionHdr: h.Get(HeaderSessionID), trusted: trusted}, cb)
 	if rf != nil {
 		cycleBufs.Put(cb)
 		e := g.refuse(rf.model, rf.pool, rf.status, rf.code, rf.reason)

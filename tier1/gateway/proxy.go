@@ -72,7 +72,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeouts.Request)
 	defer cancel()
 	req, pool, rf := g.route(ctx, st, routeInput{ep: ep, data: data, id: r.Header.Get("X-Request-Id"),
-		prioHdr: prioHdr, sloHdr: sloHdr, trusted: trusted}, cb)
+		prioHdr: prioHdr, sloHdr: sloHdr, sessionHdr: r.Header.Get(HeaderSessionID), trusted: trusted}, cb)
 	if rf != nil {
 		if rf.status == admission.StatusClientClosed {
 			// Nobody to answer: count it only.

@@ -21,6 +21,32 @@ const (
 	HeaderTTFTSLO  = "X-Infergate-Ttft-Slo-Ms" // per-request TTFT objective in ms
 )
 
+// HeaderSessionID is the client's conversation key (AIBrix's and
+// production-stack's x-session-id). It is an ordinary client header,
+// forwarded as is; the router reads it only as a session-affinity hint.
+const HeaderSessionID = "X-Session-Id"
+
+// maxSessionKey bounds the session key kept per request; longer keys are
+// cut (the picker hashes it anyway).
+const maxSessionKey = 256
+
+// sessionKey is the request's session key for the session-affinity score:
+// the x-session-id header, else the body's prompt_cache_key, else its
+// user. Client-supplied, so it only ever feeds a soft score.
+func sessionKey(hdr string, b *inferenceBody) string {
+	k := hdr
+	if k == "" {
+		k = b.PromptCacheKey
+	}
+	if k == "" {
+		k = b.User
+	}
+	if len(k) > maxSessionKey {
+		k = k[:maxSessionKey]
+	}
+	return k
+}
+
 // errBodyTooLarge is returned by readBody when the body exceeds the limit.
 var errBodyTooLarge = errors.New("request body too large")
 

@@ -280,3 +280,27 @@ func BenchmarkParseBody32K(b *testing.B) {
 		}
 	}
 }
+
+func TestSessionKey(t *testing.T) {
+	long := strings.Repeat("k", 300)
+	tests := []struct {
+		name, hdr, body, want string
+	}{
+		{"header wins", "hdr-1", `{"model":"m","prompt":"x","user":"u","prompt_cache_key":"pck"}`, "hdr-1"},
+		{"prompt_cache_key before user", "", `{"model":"m","prompt":"x","user":"u","prompt_cache_key":"pck"}`, "pck"},
+		{"user last", "", `{"model":"m","prompt":"x","user":"u"}`, "u"},
+		{"none", "", `{"model":"m","prompt":"x"}`, ""},
+		{"long key cut", long, `{"model":"m","prompt":"x"}`, long[:maxSessionKey]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := parseBody(epCompletions, []byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sessionKey(tt.hdr, b); got != tt.want {
+				t.Fatalf("sessionKey = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ type routeInput struct {
 	data            []byte
 	id              string // X-Request-Id
 	prioHdr, sloHdr string // internal headers, read before they are stripped
+	sessionHdr      string // x-session-id, a soft affinity hint
 	trusted         bool   // the client authenticated with a configured token
 }
 
@@ -30,6 +31,7 @@ func (g *Gateway) route(ctx context.Context, st *state, in routeInput, cb *cycle
 		return nil, nil, rf
 	}
 	pool := rt.pool
+	req.Session = sessionKey(in.sessionHdr, body)
 	req.BlockHashes = cb.hashes
 	admission.Prompt(req, body.CacheSalt, body.promptBytes(in.ep))
 	cb.hashes = req.BlockHashes

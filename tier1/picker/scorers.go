@@ -75,6 +75,8 @@ var scorerSpecs = map[string]scorerSpec{
 			}
 		},
 	},
+	ScorerCacheAwareTTFT:  cacheAwareSpec,
+	ScorerSessionAffinity: sessionSpec,
 }
 
 func knownScorers() string {

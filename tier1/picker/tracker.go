@@ -19,6 +19,9 @@ type TrackerOptions struct {
 	// MinSampleTokens: first tokens after fewer prefill tokens than this
 	// (own uncached plus queued ahead) teach nothing; default 32.
 	MinSampleTokens int
+	// Sessions bound the session → pod memory of the session-affinity
+	// scorer.
+	Sessions SessionOptions
 }
 
 // Tracker is the router's own view of its pods: what it sent where (the
@@ -33,6 +36,8 @@ type TrackerOptions struct {
 type Tracker struct {
 	opts TrackerOptions
 	idx  *prefix.Index
+
+	sessions sessionStore // session → pod of its last turn
 
 	mu   sync.Mutex
 	pods map[string]*podState
@@ -75,12 +80,14 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	if opts.MinSampleTokens <= 0 {
 		opts.MinSampleTokens = 32
 	}
-	return &Tracker{
+	t := &Tracker{
 		opts: opts,
 		idx:  prefix.NewIndex(opts.Index),
 		pods: make(map[string]*podState),
 		reqs: make(map[*Request]*flight),
 	}
+	t.sessions.opts = opts.Sessions
+	return t
 }
 
 // Index returns the prefix index the tracker records into.
@@ -108,6 +115,7 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		uncached -= uncached * m[0] / n
 		t.idx.Record(pod, req.BlockHashes)
 	}
+	t.sessions.record(req.Session, pod)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old := t.reqs[req]; old != nil {

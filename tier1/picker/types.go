@@ -63,6 +63,10 @@ type Request struct {
 	Sheddable    bool          // may be rejected with 429 under saturation
 	TTFTSLO      time.Duration // optional per-request TTFT objective, 0 = none
 	Pool         string        // if set, only pods of this pool qualify
+	// Session is the client's conversation key (x-session-id header, else
+	// prompt_cache_key, else user), "" for none. Untrusted: it only feeds
+	// the session-affinity score.
+	Session string
 }
 
 // Metrics is the state scraped from one pod's /metrics.
