@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -202,11 +203,11 @@ func Parse(engine string, r io.Reader) (Sample, error) {
 	}
 	s := Sample{Engine: engine}
 	if v, ok := sum(fams[m.waiting]); ok {
-		s.Metrics.Waiting = int(v)
+		s.Metrics.Waiting = count(v)
 		s.Have |= InputWaiting
 	}
 	if v, ok := sum(fams[m.running]); ok {
-		s.Metrics.Running = int(v)
+		s.Metrics.Running = count(v)
 		s.Have |= InputRunning
 	}
 	for _, name := range m.kv {
@@ -315,19 +316,42 @@ func value(m *dto.Metric) (float64, bool) {
 	return v, true
 }
 
+// maxCount bounds a request count read from a pod. float64 to int of an
+// out-of-range value is implementation-defined in Go (on amd64 it gives
+// math.MinInt), so a pod exporting 1e19 would look like a negative queue.
+const maxCount = math.MaxInt32
+
+// count converts a summed gauge to a request count in [0, maxCount].
+func count(v float64) int {
+	if !(v > 0) { // also NaN
+		return 0
+	}
+	return int(math.Min(v, maxCount))
+}
+
+// sum adds the finite series of f; a result that overflows is +Inf or -Inf,
+// never NaN, and a negative total is 0.
 func sum(f *dto.MetricFamily) (float64, bool) {
 	if f == nil {
 		return 0, false
 	}
-	var total float64
+	var pos, neg float64
 	var n int
 	for _, m := range f.GetMetric() {
 		if v, ok := value(m); ok {
-			total += v
+			if v > 0 {
+				pos += v
+			} else {
+				neg += v
+			}
 			n++
 		}
 	}
-	if total < 0 {
+	total := pos + neg // Inf + -Inf would be NaN
+	switch {
+	case math.IsInf(pos, 1) && math.IsInf(neg, -1):
+		total = 0
+	case total < 0:
 		total = 0
 	}
 	return total, n > 0
@@ -351,6 +375,9 @@ func mean(f *dto.MetricFamily) (float64, bool) {
 }
 
 func clamp01(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
 	return math.Max(0, math.Min(1, v))
 }
 
@@ -363,26 +390,46 @@ func label(m *dto.Metric, name string) (string, bool) {
 	return "", false
 }
 
-// parseLoRA reads vllm:lora_requests_info. Each series' value is the time it
-// was last updated, so the series with the newest value is the current state.
+// parseLoRA reads vllm:lora_requests_info. vLLM keeps one series per state
+// it has seen (the label set) and sets its value to the time of the state's
+// last update, so the series with the newest value is the current state.
+//
+// Several series can carry the same value: vLLM's timestamps are often whole
+// seconds, and the last step of a burst (adapters running) and the idle state
+// right after it land in the same second. The exposition order is no guide,
+// so on a tie the series with the fewest running adapters wins (then fewest
+// waiting, then the smallest label text, for determinism). While traffic
+// runs vLLM refreshes the busy series every engine step, so it wins again
+// within a second; once traffic stops nothing refreshes either series, and
+// preferring the busy one would show adapters running forever. Under-stating
+// for at most a second is the cheaper mistake: the lora-affinity scorer only
+// loses a preference, while a stale "running" pins traffic to a pod whose
+// adapter slots are in fact free.
 func parseLoRA(f *dto.MetricFamily, out *picker.Metrics) bool {
 	if f == nil {
 		return false
 	}
 	var best *dto.Metric
+	var bestRun, bestWait []string
 	bestV := math.Inf(-1)
 	for _, m := range f.GetMetric() {
-		if v, ok := value(m); ok && v >= bestV {
-			best, bestV = m, v
+		v, ok := value(m)
+		if !ok || v < bestV {
+			continue
 		}
+		run, _ := label(m, "running_lora_adapters")
+		wait, _ := label(m, "waiting_lora_adapters")
+		runL, waitL := splitList(run), splitList(wait)
+		if best != nil && v == bestV && !loraLess(runL, waitL, m, bestRun, bestWait, best) {
+			continue
+		}
+		best, bestV, bestRun, bestWait = m, v, runL, waitL
 	}
 	if best == nil {
 		return false
 	}
-	running, _ := label(best, "running_lora_adapters")
-	waiting, _ := label(best, "waiting_lora_adapters")
-	out.ActiveAdapters = splitList(running)
-	out.WaitingAdapters = splitList(waiting)
+	out.ActiveAdapters = bestRun
+	out.WaitingAdapters = bestWait
 	if s, ok := label(best, "max_lora"); ok {
 		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
 			out.MaxLoras = n
@@ -390,6 +437,29 @@ func parseLoRA(f *dto.MetricFamily, out *picker.Metrics) bool {
 	}
 	out.HasLoRA = true
 	return true
+}
+
+// loraLess orders two lora_requests_info series with the same timestamp:
+// fewer running adapters first, then fewer waiting, then label text.
+func loraLess(runA, waitA []string, a *dto.Metric, runB, waitB []string, b *dto.Metric) bool {
+	if len(runA) != len(runB) {
+		return len(runA) < len(runB)
+	}
+	if len(waitA) != len(waitB) {
+		return len(waitA) < len(waitB)
+	}
+	return labelText(a) < labelText(b)
+}
+
+// labelText is m's labels as one string, sorted by name: the text format
+// does not fix the order of labels within a series.
+func labelText(m *dto.Metric) string {
+	pairs := make([]string, 0, len(m.GetLabel()))
+	for _, lp := range m.GetLabel() {
+		pairs = append(pairs, lp.GetName()+"\x00"+lp.GetValue())
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, "\x00")
 }
 
 func splitList(s string) []string {

@@ -2,7 +2,9 @@ package scrape
 
 import (
 	"errors"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -224,5 +226,61 @@ func TestParseLongLine(t *testing.T) {
 	}
 	if len(s.Metrics.ActiveAdapters) != 1 || len(s.Metrics.ActiveAdapters[0]) != 70000 || s.Metrics.Waiting != 2 {
 		t.Errorf("long line not parsed: %d adapters, waiting %d", len(s.Metrics.ActiveAdapters), s.Metrics.Waiting)
+	}
+}
+
+// vLLM stamps lora_requests_info with whole seconds, so the last busy state
+// of a burst and the idle state after it can tie. Whatever order the series
+// come in, the idle one must win: nothing refreshes either after traffic
+// stops, and the busy one would show adapters running forever.
+func TestParseLoRATimestampTie(t *testing.T) {
+	busy := `vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql-lora",waiting_lora_adapters="chat-lora"} 1.7325e+09` + "\n"
+	busier := `vllm:lora_requests_info{running_lora_adapters="sql-lora,chat-lora",waiting_lora_adapters="",max_lora="4"} 1.7325e+09` + "\n"
+	idle := `vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters=""} 1.7325e+09` + "\n"
+	older := `vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters=""} 1.7324e+09` + "\n"
+	newer := `vllm:lora_requests_info{max_lora="4",running_lora_adapters="tone-lora",waiting_lora_adapters=""} 1.7325001e+09` + "\n"
+	head := "# TYPE vllm:lora_requests_info gauge\n"
+	tests := []struct {
+		name        string
+		text        string
+		wantRunning []string
+		wantWaiting []string
+	}{
+		{"busy then idle", head + busy + idle, nil, nil},
+		{"idle then busy", head + idle + busy, nil, nil},
+		{"two busy, tie: fewer running wins", head + busier + busy, []string{"sql-lora"}, []string{"chat-lora"}},
+		{"two busy, other order", head + busy + busier, []string{"sql-lora"}, []string{"chat-lora"}},
+		{"newer busy beats idle", head + idle + newer + busy, []string{"tone-lora"}, nil},
+		{"older idle loses", head + older + busy, []string{"sql-lora"}, []string{"chat-lora"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Parse(EngineVLLM, strings.NewReader(tt.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Metrics.HasLoRA || s.Metrics.MaxLoras != 4 {
+				t.Fatalf("LoRA state not read: %+v", s.Metrics)
+			}
+			if !slices.Equal(s.Metrics.ActiveAdapters, tt.wantRunning) || !slices.Equal(s.Metrics.WaitingAdapters, tt.wantWaiting) {
+				t.Fatalf("running %q waiting %q, want %q %q", s.Metrics.ActiveAdapters, s.Metrics.WaitingAdapters, tt.wantRunning, tt.wantWaiting)
+			}
+		})
+	}
+}
+
+// A pod exporting absurd counts must not look like a negative queue.
+func TestParseHugeCounts(t *testing.T) {
+	text := "vllm:num_requests_waiting 1e19\nvllm:num_requests_running{a=\"0\"} 1e308\nvllm:num_requests_running{a=\"1\"} 1e308\n" +
+		"vllm:kv_cache_usage_perc{a=\"0\"} 1e308\nvllm:kv_cache_usage_perc{a=\"1\"} 1e308\nvllm:kv_cache_usage_perc{a=\"2\"} -1e308\nvllm:kv_cache_usage_perc{a=\"3\"} -1e308\n"
+	s, err := Parse(EngineVLLM, strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Metrics.Waiting != math.MaxInt32 || s.Metrics.Running != math.MaxInt32 {
+		t.Fatalf("waiting %d running %d, want both %d", s.Metrics.Waiting, s.Metrics.Running, math.MaxInt32)
+	}
+	if s.Metrics.KVUsage != 0 || !s.Metrics.HasKV {
+		t.Fatalf("KV usage %v (HasKV %v), want 0 for +Inf + -Inf", s.Metrics.KVUsage, s.Metrics.HasKV)
 	}
 }
