@@ -2,6 +2,7 @@ package prefix
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // Default capacities. 32,768 blocks of 16 tokens ≈ 512k tokens, about what
@@ -34,13 +35,17 @@ func (o IndexOptions) withDefaults() IndexOptions {
 
 const nilNode = -1
 
-// node is one (block, pod) entry: 24 bytes. Nodes live in one slab and link
+// node is one (block, pod) entry: 32 bytes. Nodes live in one slab and link
 // by index, so the index holds no pointers for the GC to scan.
 type node struct {
 	hash       uint64
 	pod        int32
-	prev, next int32 // the pod's LRU list, most recent first
+	prev, next int32 // the pod's list, most recently placed first
 	chain      int32 // next node with the same hash
+	// ref is set (atomically, under the read lock) when a request sent to
+	// the pod includes the block again; eviction gives such a block a
+	// second chance instead of moving it on every hit.
+	ref uint32
 }
 
 // head is a hash's chain: first node and length. The length lets Match
@@ -56,10 +61,12 @@ type podList struct {
 }
 
 // Index is an approximate map from chained block hash to the pods that were
-// recently sent that block. Each pod keeps an LRU list bounded by
-// MaxBlocksPerPod; when the whole index reaches MaxBlocks the pod holding
-// the most entries gives up its oldest. It records routing decisions, not
-// what servers actually cached, so it is a hint, never a guarantee.
+// recently sent that block. Each pod keeps a list bounded by
+// MaxBlocksPerPod and evicts in CLOCK (second-chance) order, an
+// approximation of LRU; when the whole index reaches MaxBlocks the pod
+// holding the most entries gives up its oldest. It records routing
+// decisions, not what servers actually cached, so it is a hint, never a
+// guarantee.
 // The zero value is not usable; call NewIndex. Safe for concurrent use.
 type Index struct {
 	opts IndexOptions
@@ -110,9 +117,20 @@ func (x *Index) PodLen(pod string) int {
 }
 
 // Record notes that the request with these chained hashes was sent to pod.
-// Blocks are touched from last to first so the first blocks are the most
-// recent: eviction then trims prefixes from their tail, which keeps the
-// "present at i ⇒ present before i" property that Match relies on.
+//
+// Blocks the pod already holds are only marked referenced, under the read
+// lock, so requests that repeat a prefix (a system prompt, the earlier turns
+// of a chat) do not serialise on the write lock; the write lock is taken only
+// to add the blocks the pod lacks. A referenced block reaching the end of
+// the pod's list is moved to the front rather than evicted (CLOCK), so the
+// list stays close to LRU order without a move per hit.
+//
+// New blocks go right behind the last block of the prefix the pod holds (at
+// the front if it holds none), in request order, so they are evicted before
+// that prefix; and a block is only ever referenced together with every block
+// before it (hashes are chained). Eviction so trims prefixes from their
+// tail, which keeps the "present at i ⇒ present before i" property that
+// Match relies on (TestIndexStaysPrefixClosed checks it under churn).
 func (x *Index) Record(pod string, hashes []uint64) {
 	if len(hashes) == 0 {
 		return
@@ -120,12 +138,50 @@ func (x *Index) Record(pod string, hashes []uint64) {
 	if len(hashes) > x.opts.MaxBlocksPerPod {
 		hashes = hashes[:x.opts.MaxBlocksPerPod]
 	}
+	x.mu.RLock()
+	k := 0
+	if id, ok := x.podIDs[pod]; ok {
+		for ; k < len(hashes); k++ {
+			i := x.find(id, hashes[k])
+			if i == nilNode {
+				break
+			}
+			if atomic.LoadUint32(&x.nodes[i].ref) == 0 {
+				atomic.StoreUint32(&x.nodes[i].ref, 1)
+			}
+		}
+	}
+	x.mu.RUnlock()
+	if k == len(hashes) {
+		return
+	}
+
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	id := x.podID(pod)
-	for i := len(hashes) - 1; i >= 0; i-- {
-		x.touch(id, hashes[i])
+	after := int32(nilNode)
+	if k > 0 {
+		if after = x.find(id, hashes[k-1]); after == nilNode {
+			k = 0 // evicted between the locks
+		}
 	}
+	for _, h := range hashes[k:] {
+		if after = x.place(id, h, after); after == nilNode {
+			return
+		}
+	}
+}
+
+// find returns pod id's node for hash h, or nilNode.
+func (x *Index) find(id int32, h uint64) int32 {
+	if hd, ok := x.heads[h]; ok {
+		for i := hd.first; i != nilNode; i = x.nodes[i].chain {
+			if x.nodes[i].pod == id {
+				return i
+			}
+		}
+	}
+	return nilNode
 }
 
 func (x *Index) podID(pod string) int32 {
@@ -145,29 +201,36 @@ func (x *Index) podID(pod string) int32 {
 	return id
 }
 
-func (x *Index) touch(id int32, h uint64) {
+// place adds pod id's node for hash h right behind node after (at the front
+// when after is nilNode) and returns it. New blocks go behind the prefix
+// they extend, so they are evicted before it. A node the pod already holds
+// is only marked referenced. It returns nilNode when making room evicted
+// after itself: the pod's list holds nothing older, and the rest of the
+// request would be evicted first anyway.
+func (x *Index) place(id int32, h uint64, after int32) int32 {
 	hd, ok := x.heads[h]
 	if ok {
 		for i := hd.first; i != nilNode; i = x.nodes[i].chain {
 			if x.nodes[i].pod == id {
-				x.unlink(i)
-				x.pushFront(id, i)
-				return
+				x.nodes[i].ref = 1
+				return i
 			}
 		}
 	} else {
 		hd = head{first: nilNode}
 	}
 	p := &x.pods[id]
-	var evicted uint64
-	var did bool
+	evicted := int32(nilNode)
 	if p.n >= x.opts.MaxBlocksPerPod {
-		evicted, did = x.evict(id)
+		evicted = x.evict(id)
 	} else if x.used >= x.opts.MaxBlocks {
-		evicted, did = x.evict(x.globalVictim(id))
+		evicted = x.evict(x.globalVictim(id))
 	}
-	if did && evicted == h {
-		// Eviction changed this hash's chain: read it again.
+	if evicted != nilNode {
+		if evicted == after {
+			return nilNode
+		}
+		// Eviction may have changed this hash's chain: read it again.
 		if hd, ok = x.heads[h]; !ok {
 			hd = head{first: nilNode}
 		}
@@ -175,7 +238,8 @@ func (x *Index) touch(id int32, h uint64) {
 	i := x.alloc()
 	x.nodes[i] = node{hash: h, pod: id, chain: hd.first}
 	x.heads[h] = head{first: i, n: hd.n + 1}
-	x.pushFront(id, i)
+	x.insertAfter(id, after, i)
+	return i
 }
 
 // globalVictim picks the pod that gives up a block when the index is full:
@@ -210,15 +274,23 @@ func (x *Index) alloc() int32 {
 	return int32(len(x.nodes) - 1)
 }
 
-func (x *Index) pushFront(id, i int32) {
+func (x *Index) pushFront(id, i int32) { x.insertAfter(id, nilNode, i) }
+
+// insertAfter links node i into pod id's list right behind node after, or
+// at the front when after is nilNode.
+func (x *Index) insertAfter(id, after, i int32) {
 	p := &x.pods[id]
 	n := &x.nodes[i]
-	n.prev, n.next = nilNode, p.head
-	if p.head != nilNode {
-		x.nodes[p.head].prev = i
+	if after == nilNode {
+		n.prev, n.next = nilNode, p.head
+		p.head = i
+	} else {
+		n.prev, n.next = after, x.nodes[after].next
+		x.nodes[after].next = i
 	}
-	p.head = i
-	if p.tail == nilNode {
+	if n.next != nilNode {
+		x.nodes[n.next].prev = i
+	} else {
 		p.tail = i
 	}
 	p.n++
@@ -240,16 +312,26 @@ func (x *Index) unlink(i int32) {
 	p.n--
 }
 
-// evict drops the least recently recorded block of pod id and returns its
-// hash.
-func (x *Index) evict(id int32) (uint64, bool) {
-	t := x.pods[id].tail
-	if t == nilNode {
-		return 0, false
+// evict drops the oldest unreferenced block of pod id and returns its node
+// index (now free), or nilNode when the pod holds nothing. Referenced blocks
+// met on the way move to the front with the mark cleared, in order: each
+// move spends one mark, so the cost is amortised O(1).
+func (x *Index) evict(id int32) int32 {
+	p := &x.pods[id]
+	for range p.n {
+		t := p.tail
+		if x.nodes[t].ref == 0 {
+			break
+		}
+		x.nodes[t].ref = 0
+		x.unlink(t)
+		x.pushFront(id, t)
 	}
-	h := x.nodes[t].hash
-	x.remove(t)
-	return h, true
+	t := p.tail
+	if t != nilNode {
+		x.remove(t)
+	}
+	return t
 }
 
 // remove unlinks node i from its pod list and its hash chain and frees it.

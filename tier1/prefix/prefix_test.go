@@ -286,3 +286,57 @@ func TestHashBlock64(t *testing.T) {
 		}
 	}
 }
+
+// Under churn (small capacities, shared prefixes, repeats) every request's
+// blocks held by a pod stay prefix-closed: Record only marks blocks it
+// finds, and second-chance eviction must still trim prefixes from the tail.
+func TestIndexStaysPrefixClosed(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	x := NewIndex(IndexOptions{MaxBlocks: 300, MaxBlocksPerPod: 120})
+	pods := []string{"a", "b", "c"}
+	var reqs [][]uint64
+	for i := range 40 {
+		base := prompt(strings.Repeat("shared system prompt ", 20), i%4)
+		reqs = append(reqs, Hash("m", append(base, prompt("turn ", i)...), 64, 0, nil))
+	}
+	for step := range 3000 {
+		h := reqs[r.IntN(len(reqs))]
+		h = h[:1+r.IntN(len(h))]
+		x.Record(pods[r.IntN(len(pods))], h)
+		if step%100 != 99 {
+			continue
+		}
+		for _, req := range reqs {
+			for _, p := range pods {
+				id, ok := x.podIDs[p]
+				if !ok {
+					continue
+				}
+				gap := false
+				for j, b := range req {
+					if !holds(x, id, b) {
+						gap = true
+					} else if gap {
+						t.Fatalf("step %d: pod %s holds block %d of a request but not an earlier one", step, p, j)
+					}
+				}
+			}
+		}
+	}
+	if x.Len() > 300 {
+		t.Fatalf("Len = %d over MaxBlocks", x.Len())
+	}
+}
+
+func holds(x *Index, id int32, h uint64) bool {
+	hd, ok := x.heads[h]
+	if !ok {
+		return false
+	}
+	for i := hd.first; i != nilNode; i = x.nodes[i].chain {
+		if x.nodes[i].pod == id {
+			return true
+		}
+	}
+	return false
+}
