@@ -134,7 +134,10 @@ func (p *fastParser) run() error {
 		}
 		if len(line) > 0 {
 			p.line++
-			if perr := p.parseLine(bytes.TrimSuffix(line, []byte{'\n'})); perr != nil {
+			if line[len(line)-1] == '\n' {
+				line = line[:len(line)-1]
+			}
+			if perr := p.parseLine(line); perr != nil {
 				return fmt.Errorf("parse metrics: line %d: %w", p.line, perr)
 			}
 		}
