@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -153,5 +154,59 @@ func BenchmarkPrefixHashGeneric(b *testing.B) {
 	for b.Loop() {
 		dst = Hash("meta-llama/Llama-3.1-8B-Instruct", data, 63, DefaultPromptBlocks, dst)
 	}
+	cpu.report(b)
+}
+
+// BenchmarkIndexParallel is the picker's use under load: every request is
+// matched against all pods and then recorded for the chosen one, from many
+// goroutines at once. Requests share a 128-block system prompt and each
+// has 384 blocks of its own; one in four goes to a random pod rather than
+// its usual one. With 128 distinct requests every pod's share fits in its
+// capacity (mostly hits); with 1024 the pods churn (mostly new blocks and
+// evictions). Run with -cpu 1,2,8 to see how it scales.
+func BenchmarkIndexParallel(b *testing.B) {
+	for _, nreq := range []int{128, 1024} {
+		b.Run(fmt.Sprintf("requests=%d", nreq), func(b *testing.B) { benchIndexParallel(b, nreq) })
+	}
+}
+
+func benchIndexParallel(b *testing.B, nreq int) {
+	const pods = 8
+	names := make([]string, pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("pod-%d", i)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	sys := bytes.Repeat([]byte("system prompt and tool definitions "), 240)[:128*64]
+	reqs := make([][]uint64, nreq)
+	for i := range reqs {
+		tail := make([]byte, 384*64)
+		for j := range tail {
+			tail[j] = byte(r.Uint32())
+		}
+		reqs[i] = Hash("m", append(append([]byte{}, sys...), tail...), 64, 512, nil)
+	}
+	x := NewIndex(IndexOptions{})
+	for i, h := range reqs { // warm: every request seen once
+		x.Record(names[i%pods], h)
+	}
+	var seed atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU()
+	b.RunParallel(func(pb *testing.PB) {
+		r := rand.New(rand.NewPCG(seed.Add(1), 7))
+		dst := make([]int, pods)
+		for pb.Next() {
+			i := r.IntN(nreq)
+			h := reqs[i]
+			dst = x.Match(h, names, dst)
+			pod := i % pods
+			if r.IntN(4) == 0 {
+				pod = r.IntN(pods)
+			}
+			x.Record(names[pod], h)
+		}
+	})
 	cpu.report(b)
 }

@@ -2,6 +2,7 @@ package prefix
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // Default capacities. 32,768 blocks of 16 tokens ≈ 512k tokens, about what
@@ -32,15 +33,30 @@ func (o IndexOptions) withDefaults() IndexOptions {
 	return o
 }
 
+// Sharding. An index whose pods may hold at least minShardPodBlocks blocks
+// each is split into numShards shards by block hash, each with its own lock,
+// map, slab and per-pod lists holding 1/numShards of the capacities, so
+// concurrent Records of different blocks do not wait for each other. Small
+// indexes (tests, tiny pools) keep one shard and exact capacities.
+const (
+	numShards         = 8
+	minShardPodBlocks = numShards * 256
+)
+
 const nilNode = -1
 
-// node is one (block, pod) entry: 24 bytes. Nodes live in one slab and link
-// by index, so the index holds no pointers for the GC to scan.
+// node is one (block, pod) entry: 32 bytes. Nodes live in one slab per
+// shard and link by index, so the index holds no pointers for the GC to
+// scan.
 type node struct {
 	hash       uint64
 	pod        int32
-	prev, next int32 // the pod's LRU list, most recent first
+	prev, next int32 // the pod's list, most recently placed first
 	chain      int32 // next node with the same hash
+	// ref is set (atomically, under the read lock) when a request sent to
+	// the pod includes the block again; eviction gives such a block a
+	// second chance instead of moving it on every hit.
+	ref uint32
 }
 
 // head is a hash's chain: first node and length. The length lets Match
@@ -49,70 +65,132 @@ type node struct {
 type head struct{ first, n int32 }
 
 type podList struct {
-	name       string
-	head, tail int32 // most and least recently recorded
+	head, tail int32 // most and least recently placed
 	n          int
-	live       bool
 }
 
 // Index is an approximate map from chained block hash to the pods that were
-// recently sent that block. Each pod keeps an LRU list bounded by
-// MaxBlocksPerPod; when the whole index reaches MaxBlocks the pod holding
-// the most entries gives up its oldest. It records routing decisions, not
-// what servers actually cached, so it is a hint, never a guarantee.
+// recently sent that block. Each pod keeps a list bounded by
+// MaxBlocksPerPod and evicts in CLOCK (second-chance) order, an
+// approximation of LRU; when the whole index reaches MaxBlocks the pod
+// holding the most entries gives up its oldest. It records routing
+// decisions, not what servers actually cached, so it is a hint, never a
+// guarantee.
 // The zero value is not usable; call NewIndex. Safe for concurrent use.
 type Index struct {
-	opts IndexOptions
+	opts   IndexOptions // effective: numShards × a shard's capacities
+	shards []shard
+	mask   uint64
 
-	mu     sync.RWMutex
-	heads  map[uint64]head // hash → its chain of nodes
-	nodes  []node
-	free   int32 // free-list of nodes, linked through next
-	used   int
-	pods   []podList
+	// reg guards the pod registry. Record and Match hold it for reading
+	// for their whole run, so a pod id cannot be freed and reused under
+	// them; RemovePod and the first Record of a pod take it for writing.
+	reg    sync.RWMutex
 	podIDs map[string]int32
+	ids    int32 // ids handed out so far
 	freeID []int32
-	victim int32 // pod last chosen for global eviction
 
 	scratch sync.Pool // *matchScratch
+	groups  sync.Pool // *[]uint64, hashes grouped by shard
+}
+
+// shard is one lock's worth of the index.
+type shard struct {
+	mu        sync.RWMutex
+	maxBlocks int
+	maxPerPod int
+	heads     map[uint64]head // hash → its chain of nodes
+	nodes     []node
+	free      int32 // free-list of nodes, linked through next
+	used      int
+	pods      []podList // by pod id; grown on demand
+	live      int       // pods holding at least one node here
+	victim    int32     // pod last chosen for global eviction
+	_         [64]byte  // keep shards' locks on separate cache lines
 }
 
 // NewIndex returns an empty index.
 func NewIndex(opts IndexOptions) *Index {
 	opts = opts.withDefaults()
-	return &Index{
-		opts:   opts,
-		heads:  make(map[uint64]head),
-		podIDs: make(map[string]int32),
-		free:   nilNode,
-		victim: nilNode,
+	n := 1
+	if opts.MaxBlocksPerPod >= minShardPodBlocks {
+		n = numShards
 	}
+	x := &Index{
+		shards: make([]shard, n),
+		mask:   uint64(n - 1),
+		podIDs: make(map[string]int32),
+	}
+	for i := range x.shards {
+		x.shards[i] = shard{
+			maxBlocks: opts.MaxBlocks / n,
+			maxPerPod: opts.MaxBlocksPerPod / n,
+			heads:     make(map[uint64]head),
+			free:      nilNode,
+			victim:    nilNode,
+		}
+	}
+	x.opts = IndexOptions{MaxBlocks: opts.MaxBlocks / n * n, MaxBlocksPerPod: opts.MaxBlocksPerPod / n * n}
+	return x
 }
 
-// Options returns the index's effective options.
+// Options returns the index's effective options (capacities are rounded
+// down to a multiple of the shard count).
 func (x *Index) Options() IndexOptions { return x.opts }
+
+func (x *Index) shardOf(h uint64) *shard { return &x.shards[h&x.mask] }
 
 // Len returns the number of (block, pod) entries held.
 func (x *Index) Len() int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.used
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		n += s.used
+		s.mu.RUnlock()
+	}
+	return n
 }
 
 // PodLen returns the number of blocks recorded for pod.
 func (x *Index) PodLen(pod string) int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	if id, ok := x.podIDs[pod]; ok {
-		return x.pods[id].n
+	x.reg.RLock()
+	defer x.reg.RUnlock()
+	id, ok := x.podIDs[pod]
+	if !ok {
+		return 0
 	}
-	return 0
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		if int(id) < len(s.pods) {
+			n += s.pods[id].n
+		}
+		s.mu.RUnlock()
+	}
+	return n
 }
 
 // Record notes that the request with these chained hashes was sent to pod.
-// Blocks are touched from last to first so the first blocks are the most
-// recent: eviction then trims prefixes from their tail, which keeps the
-// "present at i ⇒ present before i" property that Match relies on.
+//
+// Each shard gets the request's blocks that hash to it, in request order,
+// and is updated under its own lock. Within a shard, blocks the pod already
+// holds are only marked referenced, under the read lock, so requests that
+// repeat a prefix (a system prompt, the earlier turns of a chat) do not
+// serialise on a write lock; the write lock is taken only to add the blocks
+// the pod lacks. A referenced block reaching the end of the pod's list is
+// moved to the front rather than evicted (CLOCK), so the list stays close to
+// LRU order without a move per hit.
+//
+// New blocks go right behind the last block of the prefix the pod holds (at
+// the front if it holds none), in request order, so they are evicted before
+// that prefix; and a block is only ever referenced together with every block
+// before it (hashes are chained). Eviction so trims prefixes from their
+// tail, which keeps the "present at i ⇒ present before i" property that
+// Match relies on: exactly within a shard (TestIndexStaysPrefixClosed
+// checks it under churn), and across shards as nearly as their evictions
+// keep pace, which uniform hashing makes close.
 func (x *Index) Record(pod string, hashes []uint64) {
 	if len(hashes) == 0 {
 		return
@@ -120,180 +198,289 @@ func (x *Index) Record(pod string, hashes []uint64) {
 	if len(hashes) > x.opts.MaxBlocksPerPod {
 		hashes = hashes[:x.opts.MaxBlocksPerPod]
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	id := x.podID(pod)
-	for i := len(hashes) - 1; i >= 0; i-- {
-		x.touch(id, hashes[i])
+	id := x.lockPod(pod)
+	defer x.reg.RUnlock()
+	if len(x.shards) == 1 {
+		x.shards[0].record(id, hashes)
+		return
 	}
+	bp, _ := x.groups.Get().(*[]uint64)
+	if bp == nil {
+		bp = new([]uint64)
+	}
+	buf := (*bp)[:0]
+	for si := range x.shards {
+		start := len(buf)
+		for _, h := range hashes {
+			if h&x.mask == uint64(si) {
+				buf = append(buf, h)
+			}
+		}
+		if len(buf) > start {
+			x.shards[si].record(id, buf[start:])
+		}
+	}
+	*bp = buf
+	x.groups.Put(bp)
 }
 
-func (x *Index) podID(pod string) int32 {
+// lockPod returns pod's id, registering it if new, with x.reg read-locked.
+func (x *Index) lockPod(pod string) int32 {
+	x.reg.RLock()
 	if id, ok := x.podIDs[pod]; ok {
 		return id
 	}
-	var id int32
-	if n := len(x.freeID); n > 0 {
-		id = x.freeID[n-1]
-		x.freeID = x.freeID[:n-1]
-	} else {
-		id = int32(len(x.pods))
-		x.pods = append(x.pods, podList{})
+	x.reg.RUnlock()
+	x.reg.Lock()
+	if _, ok := x.podIDs[pod]; !ok {
+		var id int32
+		if n := len(x.freeID); n > 0 {
+			id = x.freeID[n-1]
+			x.freeID = x.freeID[:n-1]
+		} else {
+			id = x.ids
+			x.ids++
+		}
+		x.podIDs[pod] = id
 	}
-	x.pods[id] = podList{name: pod, head: nilNode, tail: nilNode, live: true}
-	x.podIDs[pod] = id
-	return id
+	x.reg.Unlock()
+	// RemovePod may run in between; then register again.
+	return x.lockPod(pod)
 }
 
-func (x *Index) touch(id int32, h uint64) {
-	hd, ok := x.heads[h]
+func (s *shard) record(id int32, hashes []uint64) {
+	s.mu.RLock()
+	k := 0
+	if int(id) < len(s.pods) {
+		for ; k < len(hashes); k++ {
+			i := s.find(id, hashes[k])
+			if i == nilNode {
+				break
+			}
+			if atomic.LoadUint32(&s.nodes[i].ref) == 0 {
+				atomic.StoreUint32(&s.nodes[i].ref, 1)
+			}
+		}
+	}
+	s.mu.RUnlock()
+	if k == len(hashes) {
+		return
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for int(id) >= len(s.pods) {
+		s.pods = append(s.pods, podList{head: nilNode, tail: nilNode})
+	}
+	after := int32(nilNode)
+	if k > 0 {
+		if after = s.find(id, hashes[k-1]); after == nilNode {
+			k = 0 // evicted between the locks
+		}
+	}
+	for _, h := range hashes[k:] {
+		if after = s.place(id, h, after); after == nilNode {
+			return
+		}
+	}
+}
+
+// find returns pod id's node for hash h, or nilNode.
+func (s *shard) find(id int32, h uint64) int32 {
+	if hd, ok := s.heads[h]; ok {
+		for i := hd.first; i != nilNode; i = s.nodes[i].chain {
+			if s.nodes[i].pod == id {
+				return i
+			}
+		}
+	}
+	return nilNode
+}
+
+// place adds pod id's node for hash h right behind node after (at the front
+// when after is nilNode) and returns it. New blocks go behind the prefix
+// they extend, so they are evicted before it. A node the pod already holds
+// is only marked referenced. It returns nilNode when making room evicted
+// after itself: the pod's list holds nothing older, and the rest of the
+// request would be evicted first anyway.
+func (s *shard) place(id int32, h uint64, after int32) int32 {
+	hd, ok := s.heads[h]
 	if ok {
-		for i := hd.first; i != nilNode; i = x.nodes[i].chain {
-			if x.nodes[i].pod == id {
-				x.unlink(i)
-				x.pushFront(id, i)
-				return
+		for i := hd.first; i != nilNode; i = s.nodes[i].chain {
+			if s.nodes[i].pod == id {
+				s.nodes[i].ref = 1
+				return i
 			}
 		}
 	} else {
 		hd = head{first: nilNode}
 	}
-	p := &x.pods[id]
-	var evicted uint64
-	var did bool
-	if p.n >= x.opts.MaxBlocksPerPod {
-		evicted, did = x.evict(id)
-	} else if x.used >= x.opts.MaxBlocks {
-		evicted, did = x.evict(x.globalVictim(id))
+	p := &s.pods[id]
+	evicted := int32(nilNode)
+	if p.n >= s.maxPerPod {
+		evicted = s.evict(id)
+	} else if s.used >= s.maxBlocks {
+		evicted = s.evict(s.globalVictim(id))
 	}
-	if did && evicted == h {
-		// Eviction changed this hash's chain: read it again.
-		if hd, ok = x.heads[h]; !ok {
+	if evicted != nilNode {
+		if evicted == after {
+			return nilNode
+		}
+		// Eviction may have changed this hash's chain: read it again.
+		if hd, ok = s.heads[h]; !ok {
 			hd = head{first: nilNode}
 		}
 	}
-	i := x.alloc()
-	x.nodes[i] = node{hash: h, pod: id, chain: hd.first}
-	x.heads[h] = head{first: i, n: hd.n + 1}
-	x.pushFront(id, i)
+	i := s.alloc()
+	s.nodes[i] = node{hash: h, pod: id, chain: hd.first}
+	s.heads[h] = head{first: i, n: hd.n + 1}
+	s.insertAfter(id, after, i)
+	return i
 }
 
-// globalVictim picks the pod that gives up a block when the index is full:
+// globalVictim picks the pod that gives up a block when the shard is full:
 // the recording pod if it holds at least its fair share, else the largest.
-func (x *Index) globalVictim(id int32) int32 {
-	live := len(x.pods) - len(x.freeID)
-	fair := x.used / max(live, 1)
-	if x.pods[id].n >= fair && x.pods[id].n > 0 {
+func (s *shard) globalVictim(id int32) int32 {
+	fair := s.used / max(s.live, 1)
+	if s.pods[id].n >= fair && s.pods[id].n > 0 {
 		return id
 	}
-	if v := x.victim; v != nilNode && int(v) < len(x.pods) && x.pods[v].live && x.pods[v].n > fair {
+	if v := s.victim; v != nilNode && int(v) < len(s.pods) && s.pods[v].n > fair {
 		return v
 	}
 	best := id
-	for i := range x.pods {
-		if x.pods[i].live && x.pods[i].n > x.pods[best].n {
+	for i := range s.pods {
+		if s.pods[i].n > s.pods[best].n {
 			best = int32(i)
 		}
 	}
-	x.victim = best
+	s.victim = best
 	return best
 }
 
-func (x *Index) alloc() int32 {
-	x.used++
-	if x.free != nilNode {
-		i := x.free
-		x.free = x.nodes[i].next
+func (s *shard) alloc() int32 {
+	s.used++
+	if s.free != nilNode {
+		i := s.free
+		s.free = s.nodes[i].next
 		return i
 	}
-	x.nodes = append(x.nodes, node{})
-	return int32(len(x.nodes) - 1)
+	s.nodes = append(s.nodes, node{})
+	return int32(len(s.nodes) - 1)
 }
 
-func (x *Index) pushFront(id, i int32) {
-	p := &x.pods[id]
-	n := &x.nodes[i]
-	n.prev, n.next = nilNode, p.head
-	if p.head != nilNode {
-		x.nodes[p.head].prev = i
+// insertAfter links node i into pod id's list right behind node after, or
+// at the front when after is nilNode.
+func (s *shard) insertAfter(id, after, i int32) {
+	p := &s.pods[id]
+	n := &s.nodes[i]
+	if after == nilNode {
+		n.prev, n.next = nilNode, p.head
+		p.head = i
+	} else {
+		n.prev, n.next = after, s.nodes[after].next
+		s.nodes[after].next = i
 	}
-	p.head = i
-	if p.tail == nilNode {
+	if n.next != nilNode {
+		s.nodes[n.next].prev = i
+	} else {
 		p.tail = i
+	}
+	if p.n == 0 {
+		s.live++
 	}
 	p.n++
 }
 
-func (x *Index) unlink(i int32) {
-	n := &x.nodes[i]
-	p := &x.pods[n.pod]
+func (s *shard) unlink(i int32) {
+	n := &s.nodes[i]
+	p := &s.pods[n.pod]
 	if n.prev != nilNode {
-		x.nodes[n.prev].next = n.next
+		s.nodes[n.prev].next = n.next
 	} else {
 		p.head = n.next
 	}
 	if n.next != nilNode {
-		x.nodes[n.next].prev = n.prev
+		s.nodes[n.next].prev = n.prev
 	} else {
 		p.tail = n.prev
 	}
 	p.n--
+	if p.n == 0 {
+		s.live--
+	}
 }
 
-// evict drops the least recently recorded block of pod id and returns its
-// hash.
-func (x *Index) evict(id int32) (uint64, bool) {
-	t := x.pods[id].tail
-	if t == nilNode {
-		return 0, false
+// evict drops the oldest unreferenced block of pod id and returns its node
+// index (now free), or nilNode when the pod holds nothing. Referenced blocks
+// met on the way move to the front with the mark cleared, in order: each
+// move spends one mark, so the cost is amortised O(1).
+func (s *shard) evict(id int32) int32 {
+	p := &s.pods[id]
+	for range p.n {
+		t := p.tail
+		if s.nodes[t].ref == 0 {
+			break
+		}
+		s.nodes[t].ref = 0
+		s.unlink(t)
+		s.insertAfter(id, nilNode, t)
 	}
-	h := x.nodes[t].hash
-	x.remove(t)
-	return h, true
+	t := p.tail
+	if t != nilNode {
+		s.remove(t)
+	}
+	return t
 }
 
 // remove unlinks node i from its pod list and its hash chain and frees it.
-func (x *Index) remove(i int32) {
-	x.unlink(i)
-	h := x.nodes[i].hash
-	hd := x.heads[h]
+func (s *shard) remove(i int32) {
+	s.unlink(i)
+	h := s.nodes[i].hash
+	hd := s.heads[h]
 	switch {
 	case hd.n <= 1:
-		delete(x.heads, h)
+		delete(s.heads, h)
 	case hd.first == i:
-		x.heads[h] = head{first: x.nodes[i].chain, n: hd.n - 1}
+		s.heads[h] = head{first: s.nodes[i].chain, n: hd.n - 1}
 	default:
-		for j := hd.first; j != nilNode; j = x.nodes[j].chain {
-			if x.nodes[j].chain == i {
-				x.nodes[j].chain = x.nodes[i].chain
+		for j := hd.first; j != nilNode; j = s.nodes[j].chain {
+			if s.nodes[j].chain == i {
+				s.nodes[j].chain = s.nodes[i].chain
 				break
 			}
 		}
-		x.heads[h] = head{first: hd.first, n: hd.n - 1}
+		s.heads[h] = head{first: hd.first, n: hd.n - 1}
 	}
-	x.nodes[i] = node{next: x.free}
-	x.free = i
-	x.used--
+	s.nodes[i] = node{next: s.free}
+	s.free = i
+	s.used--
 }
 
 // RemovePod forgets everything recorded for pod (it left the pool or
 // restarted with an empty cache).
 func (x *Index) RemovePod(pod string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.reg.Lock()
+	defer x.reg.Unlock()
 	id, ok := x.podIDs[pod]
 	if !ok {
 		return
 	}
-	for x.pods[id].tail != nilNode {
-		x.remove(x.pods[id].tail)
+	for si := range x.shards {
+		s := &x.shards[si]
+		s.mu.Lock()
+		if int(id) < len(s.pods) {
+			for s.pods[id].tail != nilNode {
+				s.remove(s.pods[id].tail)
+			}
+			if s.victim == id {
+				s.victim = nilNode
+			}
+		}
+		s.mu.Unlock()
 	}
 	delete(x.podIDs, pod)
-	x.pods[id] = podList{head: nilNode, tail: nilNode}
 	x.freeID = append(x.freeID, id)
-	if x.victim == id {
-		x.victim = nilNode
-	}
 }
 
 type matchScratch struct {
@@ -322,16 +509,26 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	if n == 0 || len(pods) == 0 {
 		return dst
 	}
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.reg.RLock()
+	defer x.reg.RUnlock()
+	// Hold every shard's read lock: a few atomic operations, cheaper than
+	// locking per probe, and writers only ever hold one shard.
+	for i := range x.shards {
+		x.shards[i].mu.RLock()
+	}
+	defer func() {
+		for i := range x.shards {
+			x.shards[i].mu.RUnlock()
+		}
+	}()
 
 	s, _ := x.scratch.Get().(*matchScratch)
 	if s == nil {
 		s = &matchScratch{}
 	}
-	if len(s.pos) < len(x.pods) {
-		s.pos = make([]int32, len(x.pods))
-		s.mark = make([]uint32, len(x.pods))
+	if len(s.pos) < int(x.ids) {
+		s.pos = make([]int32, x.ids)
+		s.mark = make([]uint32, x.ids)
 	}
 	s.act, s.all = s.act[:0], s.all[:0]
 	for j, name := range pods {
@@ -348,9 +545,10 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	// matched exactly i blocks.
 	keep := func(i int) {
 		s.gen++
-		if hd, ok := x.heads[hashes[i]]; ok {
-			for c := hd.first; c != nilNode; c = x.nodes[c].chain {
-				s.mark[x.nodes[c].pod] = s.gen
+		sh := x.shardOf(hashes[i])
+		if hd, ok := sh.heads[hashes[i]]; ok {
+			for c := hd.first; c != nilNode; c = sh.nodes[c].chain {
+				s.mark[sh.nodes[c].pod] = s.gen
 			}
 		}
 		a := s.act[:0]
@@ -366,15 +564,16 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	}
 	// all reports whether all k active pods hold block i.
 	all := func(i, k int) bool {
-		hd, ok := x.heads[hashes[i]]
+		sh := x.shardOf(hashes[i])
+		hd, ok := sh.heads[hashes[i]]
 		if !ok || int(hd.n) < k {
 			return false // fewer holders than active pods: no walk needed
 		}
 		// Stop at the k-th active holder, or once more than n−k holders
 		// are inactive (then some active pod is missing).
 		c, miss := 0, int(hd.n)-k
-		for j := hd.first; j != nilNode; j = x.nodes[j].chain {
-			if s.pos[x.nodes[j].pod] != 0 {
+		for j := hd.first; j != nilNode; j = sh.nodes[j].chain {
+			if s.pos[sh.nodes[j].pod] != 0 {
 				if c++; c == k {
 					return true
 				}

@@ -286,3 +286,100 @@ func TestHashBlock64(t *testing.T) {
 		}
 	}
 }
+
+// Under churn (per-pod and global eviction, shared prefixes, repeats) the
+// blocks of every request that a pod holds stay prefix-closed within each
+// shard: Record only marks blocks it finds, and second-chance eviction must
+// still trim prefixes from the tail. With one shard that is the whole
+// property Match relies on.
+func TestIndexStaysPrefixClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		opts        IndexOptions
+		shared, own int // repeats of the shared and own text
+		wantShards  int
+	}{
+		{"one shard", IndexOptions{MaxBlocks: 300, MaxBlocksPerPod: 120}, 20, 1, 1},
+		{"sharded", IndexOptions{MaxBlocks: 5000, MaxBlocksPerPod: minShardPodBlocks}, 60, 800, numShards},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(11, 12))
+			x := NewIndex(tc.opts)
+			if len(x.shards) != tc.wantShards {
+				t.Fatalf("%d shards, want %d", len(x.shards), tc.wantShards)
+			}
+			pods := []string{"a", "b", "c"}
+			var reqs [][]uint64
+			for i := range 40 {
+				base := prompt(strings.Repeat("shared system prompt ", tc.shared), i%4)
+				reqs = append(reqs, Hash("m", append(base, prompt(strings.Repeat("turn ", tc.own), i)...), 64, 0, nil))
+			}
+			for step := range 3000 {
+				h := reqs[r.IntN(len(reqs))]
+				h = h[:1+r.IntN(len(h))]
+				x.Record(pods[r.IntN(len(pods))], h)
+				if step%100 != 99 {
+					continue
+				}
+				for _, req := range reqs {
+					for _, p := range pods {
+						id, ok := x.podIDs[p]
+						if !ok {
+							continue
+						}
+						gap := make([]bool, len(x.shards))
+						for j, b := range req {
+							si := b & x.mask
+							if !holds(x, id, b) {
+								gap[si] = true
+							} else if gap[si] {
+								t.Fatalf("step %d: pod %s holds block %d of a request but not an earlier one of its shard", step, p, j)
+							}
+						}
+					}
+				}
+			}
+			if x.Len() > tc.opts.MaxBlocks {
+				t.Fatalf("Len = %d over MaxBlocks", x.Len())
+			}
+			for _, p := range pods {
+				if n := x.PodLen(p); n > tc.opts.MaxBlocksPerPod {
+					t.Fatalf("PodLen(%s) = %d over MaxBlocksPerPod", p, n)
+				}
+			}
+		})
+	}
+}
+
+// Concurrent Record, Match and RemovePod on a sharded index (run with
+// -race).
+func TestIndexConcurrentSharded(t *testing.T) {
+	x := NewIndex(IndexOptions{MaxBlocks: 20_000, MaxBlocksPerPod: minShardPodBlocks})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pods := []string{"a", "b", "c", "d"}
+			var dst []int
+			for i := range 300 {
+				h := Hash("m", prompt(strings.Repeat("shared prefix text ", 50), g*1000+i%20), 64, 0, nil)
+				x.Record(pods[(g+i)%4], h)
+				if dst = x.Match(h, pods, dst); len(dst) != len(pods) {
+					t.Errorf("Match returned %d results", len(dst))
+				}
+				if i%50 == 0 {
+					x.RemovePod(pods[i%4])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if x.Len() > 20_000 {
+		t.Fatalf("Len = %d", x.Len())
+	}
+}
+
+func holds(x *Index, id int32, h uint64) bool {
+	return x.shardOf(h).find(id, h) != nilNode
+}

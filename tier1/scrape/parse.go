@@ -177,11 +177,12 @@ func (s *Sample) Missing(need Input) []string {
 // the exposition holds none of the metrics of a known engine.
 var ErrUnknownEngine = errors.New("cannot detect model-server engine from metrics")
 
-// Parse reads a Prometheus text exposition and maps it onto picker.Metrics
-// for engine ("" detects the engine from the metric names present). Series of
-// one metric (data-parallel ranks, per-engine labels) are summed for counts
-// and averaged for KV usage.
-func Parse(engine string, r io.Reader) (Sample, error) {
+// parseExpfmt is the reference implementation of Parse on top of expfmt's
+// text parser: it copies the wanted families' lines out, builds their
+// dto.MetricFamily values and reads them. Parse (fastparse.go) does the same
+// in one streaming pass without building the exposition; the differential
+// tests and FuzzParseMatchesExpfmt hold the two to the same answers.
+func parseExpfmt(engine string, r io.Reader) (Sample, error) {
 	filtered, err := filterWanted(r)
 	if err != nil {
 		return Sample{}, fmt.Errorf("read metrics: %w", err)

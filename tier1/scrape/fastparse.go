@@ -1,0 +1,618 @@
+package scrape
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/infergate/infergate/tier1/picker"
+)
+
+// Parse reads a Prometheus text exposition and maps it onto picker.Metrics
+// for engine ("" detects the engine from the metric names present). Series of
+// one metric (data-parallel ranks, per-engine labels) are summed for counts
+// and averaged for KV usage.
+//
+// It streams the page once, line by line, and looks only at the few families
+// some engine mapping reads: every other line (vLLM's pages are mostly
+// histogram buckets) costs a first-byte check or one map probe on its
+// name. Nothing of the exposition is built; buffers come from a pool. It
+// gives the answers parseExpfmt (the expfmt-based reference) gives for every
+// page expfmt accepts; it is more lenient about malformed HELP/TYPE lines,
+// which it does not need.
+func Parse(engine string, r io.Reader) (Sample, error) {
+	p := parserPool.Get().(*fastParser)
+	defer parserPool.Put(p)
+	p.reset(r)
+	if err := p.run(); err != nil {
+		return Sample{}, err
+	}
+	return p.sample(engine)
+}
+
+// wantedList numbers the wanted families; famIndex maps a name to its slot.
+var (
+	wantedList = func() []string {
+		var out []string
+		for n := range wanted {
+			out = append(out, n)
+		}
+		sort.Strings(out)
+		return out
+	}()
+	famIndex = func() map[string]int {
+		m := make(map[string]int, len(wantedList))
+		for i, n := range wantedList {
+			m[n] = i
+		}
+		return m
+	}()
+)
+
+// famAcc accumulates one wanted family during a pass.
+type famAcc struct {
+	present   bool    // at least one sample line
+	order     int     // line number of the first sample, for detection
+	pos, neg  float64 // sums of the finite positive and negative values
+	n         int     // finite values
+	nonScalar bool    // TYPE says histogram/summary: no plain values
+	// series with labels kept, for the info families (LoRA, cache config)
+	series []seriesRef
+}
+
+type seriesRef struct {
+	v        float64
+	ok       bool // v is a finite scalar value
+	lab, end int  // p.labels[lab:end]
+}
+
+// labelRef points into p.arena at one unescaped label name and value.
+type labelRef struct{ name, nameEnd, val, valEnd int }
+
+type fastParser struct {
+	br     *bufio.Reader
+	long   []byte // a line longer than br's buffer
+	fams   []famAcc
+	labels []labelRef
+	arena  []byte
+	line   int
+}
+
+const fastBufSize = 32 << 10
+
+var parserPool = sync.Pool{New: func() any {
+	return &fastParser{br: bufio.NewReaderSize(nil, fastBufSize), fams: make([]famAcc, len(wantedList))}
+}}
+
+// infoFamily reports whether the labels of family i are read (LoRA and
+// cache-config info series).
+var infoFamily = func() []bool {
+	out := make([]bool, len(wantedList))
+	for _, m := range mappings {
+		for _, n := range []string{m.lora, m.cacheConfig} {
+			if n != "" {
+				out[famIndex[n]] = true
+			}
+		}
+	}
+	return out
+}()
+
+func (p *fastParser) reset(r io.Reader) {
+	p.br.Reset(r)
+	for i := range p.fams {
+		p.fams[i] = famAcc{series: p.fams[i].series[:0]}
+	}
+	p.labels, p.arena, p.long, p.line = p.labels[:0], p.arena[:0], p.long[:0], 0
+	// Do not let one huge page pin memory in the pool.
+	if cap(p.arena) > 1<<20 {
+		p.arena = nil
+	}
+	if cap(p.long) > 1<<20 {
+		p.long = nil
+	}
+}
+
+func (p *fastParser) run() error {
+	for {
+		line, err := p.br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			p.long = append(p.long[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = p.br.ReadSlice('\n')
+				p.long = append(p.long, line...)
+			}
+			line = p.long
+		}
+		if len(line) > 0 {
+			p.line++
+			if line[len(line)-1] == '\n' {
+				line = line[:len(line)-1]
+			}
+			if perr := p.parseLine(line); perr != nil {
+				return fmt.Errorf("parse metrics: line %d: %w", p.line, perr)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read metrics: %w", err)
+		}
+	}
+}
+
+func isBlank(c byte) bool { return c == ' ' || c == '\t' }
+
+func skipBlank(b []byte, i int) int {
+	for i < len(b) && isBlank(b[i]) {
+		i++
+	}
+	return i
+}
+
+// mayBeWanted is the cheap first test on a metric name, before the map
+// probe: a wanted family has one of a few lengths and starts with "vllm:",
+// "sglang:" or "tgi_".
+func mayBeWanted(name []byte) bool {
+	n := len(name)
+	return n < 64 && wantedLens&(1<<n) != 0 && (name[0] == 'v' || name[0] == 's' || name[0] == 't')
+}
+
+// wantedLens has bit n set when some wanted family name is n bytes long.
+var wantedLens = func() uint64 {
+	var m uint64
+	for _, n := range wantedList {
+		if len(n) >= 64 {
+			panic("scrape: wanted metric name too long for wantedLens: " + n)
+		}
+		m |= 1 << len(n)
+	}
+	return m
+}()
+
+func (p *fastParser) parseLine(line []byte) error {
+	i := skipBlank(line, 0)
+	if i == len(line) {
+		return nil
+	}
+	if line[i] == '#' {
+		p.parseComment(line[i+1:])
+		return nil
+	}
+	// A wanted family's sample line starts with its name followed by '{'
+	// or a blank. Most lines start with 'v' in a vLLM page, so this
+	// tries the few wanted names with that first byte, each rejected by
+	// one byte (the delimiter) before any comparison.
+	rest := line[i:]
+	for _, w := range byFirstByte[rest[0]] {
+		if len(rest) > len(w.name) && (rest[len(w.name)] == '{' || isBlank(rest[len(w.name)])) &&
+			string(rest[:len(w.name)]) == w.name {
+			return p.parseSample(w.idx, line, i+len(w.name))
+		}
+	}
+	return nil
+}
+
+type wantedName struct {
+	name string
+	idx  int
+}
+
+// byFirstByte lists the wanted families by the first byte of their name.
+var byFirstByte = func() (t [256][]wantedName) {
+	for i, n := range wantedList {
+		t[n[0]] = append(t[n[0]], wantedName{n, i})
+	}
+	return t
+}()
+
+// parseComment notes the TYPE of wanted families; HELP and other comments
+// carry nothing the router reads.
+func (p *fastParser) parseComment(b []byte) {
+	if len(b) == 0 || !isBlank(b[0]) {
+		return // "#TYPE" is a plain comment to expfmt
+	}
+	b = b[skipBlank(b, 0):]
+	if !bytes.HasPrefix(b, []byte("TYPE")) || len(b) == 4 || !isBlank(b[4]) {
+		return
+	}
+	name, b := token(b[skipBlank(b, 4):])
+	if !mayBeWanted(name) {
+		return
+	}
+	fi, ok := famIndex[string(name)]
+	if !ok {
+		return
+	}
+	typ, _ := token(b[skipBlank(b, 0):])
+	switch {
+	case len(typ) == 0: // expfmt leaves the family untyped
+	case bytes.EqualFold(typ, []byte("counter")), bytes.EqualFold(typ, []byte("gauge")), bytes.EqualFold(typ, []byte("untyped")):
+	default:
+		p.fams[fi].nonScalar = true
+	}
+}
+
+// token splits b at its first blank.
+func token(b []byte) (tok, rest []byte) {
+	i := 0
+	for i < len(b) && !isBlank(b[i]) {
+		i++
+	}
+	return b[:i], b[i:]
+}
+
+var (
+	errSyntax  = errors.New("syntax error")
+	errEscape  = errors.New("invalid escape sequence")
+	errNoValue = errors.New("missing value")
+)
+
+func (p *fastParser) parseSample(fi int, line []byte, i int) error {
+	f := &p.fams[fi]
+	info := infoFamily[fi]
+	lab := len(p.labels)
+	i = skipBlank(line, i)
+	if i < len(line) && line[i] == '{' {
+		var err error
+		if i, err = p.parseLabels(line, i+1, info); err != nil {
+			return err
+		}
+	}
+	i = skipBlank(line, i)
+	start := i
+	for i < len(line) && !isBlank(line[i]) {
+		i++
+	}
+	tok := line[start:i]
+	if len(tok) == 0 {
+		return errNoValue
+	}
+	v, err := parseValue(tok)
+	if err != nil {
+		return err
+	}
+	i = skipBlank(line, i)
+	if i < len(line) {
+		start = i
+		for i < len(line) && !isBlank(line[i]) {
+			i++
+		}
+		if _, err := strconv.ParseInt(bytesString(line[start:i]), 10, 64); err != nil {
+			return fmt.Errorf("bad timestamp: %w", err)
+		}
+		if i = skipBlank(line, i); i < len(line) {
+			return errSyntax
+		}
+	}
+	if !f.present {
+		f.present, f.order = true, p.line
+	}
+	ok := !f.nonScalar && !math.IsNaN(v) && !math.IsInf(v, 0)
+	if ok {
+		if v > 0 {
+			f.pos += v
+		} else {
+			f.neg += v
+		}
+		f.n++
+	}
+	if info {
+		f.series = append(f.series, seriesRef{v: v, ok: ok, lab: lab, end: len(p.labels)})
+	} else {
+		p.labels = p.labels[:lab]
+	}
+	return nil
+}
+
+// parseValue parses a sample value as expfmt does: Go float syntax, but no
+// hexadecimal floats or digit separators.
+func parseValue(tok []byte) (float64, error) {
+	if bytes.ContainsAny(tok, "pP_") {
+		return 0, errSyntax
+	}
+	v, err := strconv.ParseFloat(bytesString(tok), 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad value: %w", err)
+	}
+	return v, nil
+}
+
+// bytesString views b as a string without copying. Only for calls that do
+// not keep the string: strconv copies it into any error it returns.
+func bytesString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// parseLabels reads a label set after its '{' and returns the index after
+// the '}'. When keep is set the unescaped pairs go to p.labels/p.arena.
+func (p *fastParser) parseLabels(line []byte, i int, keep bool) (int, error) {
+	for {
+		i = skipBlank(line, i)
+		if i >= len(line) {
+			return 0, errSyntax
+		}
+		if line[i] == '}' {
+			return i + 1, nil
+		}
+		var ref labelRef
+		if line[i] == '"' {
+			ref.name = len(p.arena)
+			var err error
+			if i, err = p.quoted(line, i+1); err != nil {
+				return 0, err
+			}
+			ref.nameEnd = len(p.arena)
+		} else {
+			start := i
+			for i < len(line) && isLabelNameByte(line[i], i == start) {
+				i++
+			}
+			if i == start {
+				return 0, errSyntax
+			}
+			ref.name = len(p.arena)
+			p.arena = append(p.arena, line[start:i]...)
+			ref.nameEnd = len(p.arena)
+		}
+		i = skipBlank(line, i)
+		if i >= len(line) || line[i] != '=' {
+			return 0, errSyntax
+		}
+		i = skipBlank(line, i+1)
+		if i >= len(line) || line[i] != '"' {
+			return 0, errSyntax
+		}
+		ref.val = len(p.arena)
+		var err error
+		if i, err = p.quoted(line, i+1); err != nil {
+			return 0, err
+		}
+		ref.valEnd = len(p.arena)
+		if keep {
+			p.labels = append(p.labels, ref)
+		} else {
+			p.arena = p.arena[:ref.name]
+		}
+		i = skipBlank(line, i)
+		if i >= len(line) {
+			return 0, errSyntax
+		}
+		switch line[i] {
+		case ',':
+			i++
+		case '}':
+			return i + 1, nil
+		default:
+			return 0, errSyntax
+		}
+	}
+}
+
+func isLabelNameByte(c byte, first bool) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || !first && c >= '0' && c <= '9'
+}
+
+// quoted appends the unescaped quoted string starting at i (after its
+// opening quote) to p.arena and returns the index after the closing quote.
+func (p *fastParser) quoted(line []byte, i int) (int, error) {
+	for i < len(line) {
+		c := line[i]
+		switch c {
+		case '"':
+			return i + 1, nil
+		case '\\':
+			if i+1 >= len(line) {
+				return 0, errSyntax
+			}
+			switch line[i+1] {
+			case '\\', '"':
+				p.arena = append(p.arena, line[i+1])
+			case 'n':
+				p.arena = append(p.arena, '\n')
+			default:
+				return 0, errEscape
+			}
+			i += 2
+		default:
+			p.arena = append(p.arena, c)
+			i++
+		}
+	}
+	return 0, errSyntax
+}
+
+// sample maps the accumulated families onto a Sample for engine.
+func (p *fastParser) sample(engine string) (Sample, error) {
+	if engine == "" {
+		engine = p.detect()
+		if engine == "" {
+			return Sample{}, ErrUnknownEngine
+		}
+	}
+	m, ok := mappings[engine]
+	if !ok {
+		return Sample{}, fmt.Errorf("unknown engine %q", engine)
+	}
+	s := Sample{Engine: engine}
+	if v, ok := p.sum(m.waiting); ok {
+		s.Metrics.Waiting = count(v)
+		s.Have |= InputWaiting
+	}
+	if v, ok := p.sum(m.running); ok {
+		s.Metrics.Running = count(v)
+		s.Have |= InputRunning
+	}
+	for _, name := range m.kv {
+		if v, ok := p.sum(name); ok {
+			s.Metrics.KVUsage = clamp01(v / float64(p.fams[famIndex[name]].n))
+			s.Metrics.HasKV = true
+			s.Have |= InputKV
+			break
+		}
+	}
+	if m.lora != "" && p.lora(&p.fams[famIndex[m.lora]], &s.Metrics) {
+		s.Have |= InputLoRA
+	}
+	if m.cacheConfig != "" {
+		p.cacheConfig(&p.fams[famIndex[m.cacheConfig]], m, &s.Metrics)
+	}
+	return s, nil
+}
+
+// detect names the engine whose metrics appear, or "". A page mixing
+// engines' metrics resolves to the first one in it.
+func (p *fastParser) detect() string {
+	switch {
+	case p.fams[famIndex["vllm:kv_cache_usage_perc"]].present:
+		return EngineVLLM
+	case p.fams[famIndex["vllm:gpu_cache_usage_perc"]].present:
+		return EngineVLLMLegacy
+	}
+	first, engine := 0, ""
+	for i, f := range p.fams {
+		if !f.present || (first != 0 && f.order >= first) {
+			continue
+		}
+		switch name := wantedList[i]; {
+		case strings.HasPrefix(name, "vllm:"):
+			first, engine = f.order, EngineVLLM
+		case strings.HasPrefix(name, "sglang:"):
+			first, engine = f.order, EngineSGLang
+		case strings.HasPrefix(name, "tgi_"):
+			first, engine = f.order, EngineTGI
+		}
+	}
+	return engine
+}
+
+// sum is the reference sum over family name: finite values added, an
+// overflow to both infinities is 0, a negative total is 0.
+func (p *fastParser) sum(name string) (float64, bool) {
+	i, ok := famIndex[name]
+	if !ok {
+		return 0, false
+	}
+	f := &p.fams[i]
+	if f.n == 0 {
+		return 0, false
+	}
+	total := f.pos + f.neg
+	switch {
+	case math.IsInf(f.pos, 1) && math.IsInf(f.neg, -1):
+		total = 0
+	case total < 0:
+		total = 0
+	}
+	return total, true
+}
+
+func (p *fastParser) str(from, to int) string { return string(p.arena[from:to]) }
+
+// label returns the value of the first label called name in series s.
+func (p *fastParser) label(s seriesRef, name string) ([]byte, bool) {
+	for _, l := range p.labels[s.lab:s.end] {
+		if string(p.arena[l.name:l.nameEnd]) == name {
+			return p.arena[l.val:l.valEnd], true
+		}
+	}
+	return nil, false
+}
+
+// listLen counts the non-blank items of a comma-separated list.
+func listLen(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		item := b
+		if j := bytes.IndexByte(b, ','); j >= 0 {
+			item, b = b[:j], b[j+1:]
+		} else {
+			b = nil
+		}
+		if len(bytes.TrimSpace(item)) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// lora applies parseLoRA's rule (newest value wins; on a tie, fewest
+// running, then fewest waiting, then the smallest sorted label text).
+func (p *fastParser) lora(f *famAcc, out *picker.Metrics) bool {
+	best := -1
+	bestV := math.Inf(-1)
+	var bestRun, bestWait int
+	for j, s := range f.series {
+		if !s.ok || s.v < bestV {
+			continue
+		}
+		run, _ := p.label(s, "running_lora_adapters")
+		wait, _ := p.label(s, "waiting_lora_adapters")
+		nr, nw := listLen(run), listLen(wait)
+		if best >= 0 && s.v == bestV {
+			less := nr < bestRun
+			switch {
+			case nr != bestRun:
+			case nw != bestWait:
+				less = nw < bestWait
+			default:
+				less = p.labelText(s) < p.labelText(f.series[best])
+			}
+			if !less {
+				continue
+			}
+		}
+		best, bestV, bestRun, bestWait = j, s.v, nr, nw
+	}
+	if best < 0 {
+		return false
+	}
+	s := f.series[best]
+	run, _ := p.label(s, "running_lora_adapters")
+	wait, _ := p.label(s, "waiting_lora_adapters")
+	out.ActiveAdapters = splitList(string(run))
+	out.WaitingAdapters = splitList(string(wait))
+	if v, ok := p.label(s, "max_lora"); ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(v))); err == nil && n > 0 {
+			out.MaxLoras = n
+		}
+	}
+	out.HasLoRA = true
+	return true
+}
+
+// labelText matches labelText in parse.go: pairs sorted, NUL-separated.
+func (p *fastParser) labelText(s seriesRef) string {
+	pairs := make([]string, 0, s.end-s.lab)
+	for _, l := range p.labels[s.lab:s.end] {
+		pairs = append(pairs, p.str(l.name, l.nameEnd)+"\x00"+p.str(l.val, l.valEnd))
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, "\x00")
+}
+
+func (p *fastParser) cacheConfig(f *famAcc, m engineMetrics, out *picker.Metrics) {
+	if len(f.series) == 0 {
+		return
+	}
+	s := f.series[0]
+	if v, ok := p.label(s, m.blockSizeLabel); ok {
+		if n, err := strconv.Atoi(bytesString(v)); err == nil && n > 0 {
+			out.BlockSize = n
+		}
+	}
+	if v, ok := p.label(s, m.numBlocksLabel); ok {
+		if n, err := strconv.Atoi(bytesString(v)); err == nil && n > 0 {
+			out.NumBlocks = n
+		}
+	}
+}
