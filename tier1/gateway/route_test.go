@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/tier1/admission"
-	"github.com/infergate/infergate/tier1/admission/admissiontest"
+	"github.com/infergate/infergate/internal/admissiontest"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/prefix"
 )
