@@ -14,7 +14,8 @@ import (
 )
 
 // tier1ConfigAsRendered applies what templates/configmap.yaml adds to
-// .Values.config: listen, metrics_listen and auth.token_env when absent.
+// .Values.config: listen, metrics_listen, auth.token_env and peers (with
+// replicas sharing state, release "t" in namespace "default") when absent.
 func tier1ConfigAsRendered(t *testing.T, valuesFiles ...string) []byte {
 	t.Helper()
 	values := map[string]any{}
@@ -41,6 +42,15 @@ func tier1ConfigAsRendered(t *testing.T, valuesFiles ...string) []byte {
 		auth["token_env"] = values["auth"].(map[string]any)["tokenEnv"]
 	}
 	cfg["auth"] = auth
+	peers, _ := values["peers"].(map[string]any)
+	replicas, _ := values["replicaCount"].(int)
+	if _, ok := cfg["peers"]; !ok && peers["enabled"] == true && replicas > 1 {
+		cfg["peers"] = map[string]any{
+			"listen":    fmt.Sprintf(":%v", peers["port"]),
+			"dns":       fmt.Sprintf("t-infergate-tier1-peers.default.svc.%v", values["clusterDomain"]),
+			"token_env": "INFERGATE_PEERS_TOKEN",
+		}
+	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +87,10 @@ func TestTier1ChartConfigIsValid(t *testing.T) {
 		var cfg gateway.Config
 		if err := config.Decode(fmt.Sprint(files), data, &cfg); err != nil {
 			t.Errorf("%v: %v\n%s", files, err, data)
+		}
+		// Every shipped value set runs 2 replicas sharing state.
+		if !cfg.Peers.Enabled() {
+			t.Errorf("%v: replicas do not share state (no peers section)", files)
 		}
 	}
 }

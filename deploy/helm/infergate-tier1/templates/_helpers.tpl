@@ -63,3 +63,28 @@ token
 {{- define "infergate-tier1.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* "true" when replicas share routing state (peers.enabled and more than
+     one replica); empty otherwise. */}}
+{{- define "infergate-tier1.peersEnabled" -}}
+{{- if and .Values.peers.enabled (gt (int .Values.replicaCount) 1) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the Secret holding the peer token. */}}
+{{- define "infergate-tier1.peersSecretName" -}}
+{{- if .Values.peers.existingSecret -}}
+{{- .Values.peers.existingSecret -}}
+{{- else -}}
+{{- printf "%s-peers-token" (include "infergate-tier1.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "infergate-tier1.peersSecretKey" -}}
+{{- if .Values.peers.existingSecret -}}
+{{- .Values.peers.existingSecretKey -}}
+{{- else -}}
+token
+{{- end -}}
+{{- end -}}
