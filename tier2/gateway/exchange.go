@@ -30,8 +30,9 @@ type exchange struct {
 	injected  bool
 	requestID string
 
-	usage  *usage
-	served *discovery.Cluster // the cluster whose answer reached the client
+	usage   *usage
+	relayed int                // stream events relayed to the client, for cancelledTokens
+	served  *discovery.Cluster // the cluster whose answer reached the client
 }
 
 // attemptResult says whether the exchange is over or may move on to the

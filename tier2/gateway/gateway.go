@@ -430,6 +430,12 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		x.requestID = newID()
 	}
 	u := x.run(plan, start)
+	if u == nil && r.Context().Err() != nil {
+		// The client left before any usage arrived: charge what was
+		// plausibly consumed, not the whole completion bound (see
+		// docs/tier2-limits.md, "Cancelled requests").
+		est = cancelledTokens(body, x.relayed)
+	}
 	finish(g.account(t, x.served, u, est))
 }
 

@@ -71,6 +71,16 @@ func estimateTokens(body []byte, req request, defMax int, endpoint string) int {
 	return satAdd(est, satMul(out, n))
 }
 
+// cancelledTokens is what a request the client abandoned before its usage
+// arrived is charged: the prompt estimate (as in estimateTokens) plus one
+// token per stream event already relayed (engines send about one token
+// per event). Tokens the engine never generated, because the cancel
+// reached it first, are not charged; a buffered answer the client never
+// received is charged its prompt only.
+func cancelledTokens(body []byte, relayed int) int {
+	return satAdd(len(body)/4+1, max(relayed, 0))
+}
+
 // satAdd and satMul work on non-negative ints and saturate at math.MaxInt.
 func satAdd(a, b int) int {
 	if a > math.MaxInt-b {

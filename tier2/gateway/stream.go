@@ -56,6 +56,7 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 			if err := x.writeEvent(rc, out); err != nil {
 				return resultDone, route.ErrClientCanceled
 			}
+			x.relayed++
 		}
 		ev, err = readEvent(br, opts.MaxEventBytes)
 		switch {
