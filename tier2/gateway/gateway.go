@@ -21,8 +21,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -376,6 +374,11 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	endpoint := strings.TrimPrefix(r.URL.Path, "/v1/")
 	w := &statusWriter{ResponseWriter: rw}
+	// One ID for the request in every hop, log line and answer, errors
+	// included: the client's when well-formed, else a fresh one.
+	id := openai.RequestID(r.Header.Get(openai.HeaderRequestID))
+	w.Header().Set(openai.HeaderRequestID, id)
+	log := g.log.With("request_id", id)
 	defer g.observe(w, endpoint, start)
 	// The body must arrive in BodyReadTimeout, whoever sends it.
 	rc := http.NewResponseController(rw)
@@ -407,7 +410,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 
 	// Admission after planning: a request we cannot route costs no quota.
 	est := estimateTokens(body, req, g.opts.DefaultMaxTokens, endpoint)
-	finish, ok := g.admit(w, r, t, req.Model, est)
+	finish, ok := g.admit(w, r, log, t, req.Model, est)
 	if !ok {
 		return
 	}
@@ -424,13 +427,11 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 
 	x := &exchange{
 		g: g, w: w, r: r, t: t, body: body, model: req.Model, stream: req.Stream, injected: injected,
-		requestID: r.Header.Get("X-Request-Id"),
-	}
-	if x.requestID == "" {
-		x.requestID = newID()
+		requestID: id, log: log,
 	}
 	u := x.run(plan, start)
 	if u == nil && r.Context().Err() != nil {
+		log.Info("client cancelled the request", "tenant", t.ID, "model", req.Model, "relayed_events", x.relayed)
 		// The client left before any usage arrived: charge what was
 		// plausibly consumed, not the whole completion bound (see
 		// docs/tier2-limits.md, "Cancelled requests").
@@ -492,7 +493,7 @@ func (g *Gateway) plan(w http.ResponseWriter, t *tenant.Tenant, model string) ([
 
 // admit asks the limiter for est tokens of model, answering 429 or 503
 // itself when refused. finish settles the admission with the tokens used.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, t *tenant.Tenant, model string, est int) (finish func(actual int), ok bool) {
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, log *slog.Logger, t *tenant.Tenant, model string, est int) (finish func(actual int), ok bool) {
 	finish = func(int) {}
 	if g.opts.Limiter == nil {
 		return finish, true
@@ -502,7 +503,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, t *tenant.Tenant
 		adm.SetHeaders(w.Header())
 	}
 	if err != nil && !adm.Allowed {
-		g.log.Error("rate limiter unavailable", "tenant", t.ID, "err", err)
+		log.Error("rate limiter unavailable", "tenant", t.ID, "err", err)
 		openai.Errorf(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "rate limiting is unavailable; try again shortly")
 		return nil, false
 	}
@@ -542,10 +543,4 @@ func (g *Gateway) account(t *tenant.Tenant, served *discovery.Cluster, u *usage,
 		}
 	}
 	return u.total()
-}
-
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
