@@ -147,6 +147,15 @@ func (f *firstToken) observe(pod string, chunk []byte, force bool) {
 // OpenAI terminator event, data: [DONE].
 func endsStream(chunk []byte) bool {
 	chunk = bytes.TrimRight(chunk, "\r\n\t ")
+	// The Responses and Anthropic streams have no [DONE]: their last
+	// event is named.
+	last := chunk
+	if i := bytes.LastIndex(chunk, []byte("\n\n")); i >= 0 {
+		last = chunk[i+2:]
+	}
+	if bytes.HasPrefix(last, []byte("event: message_stop")) || bytes.HasPrefix(last, []byte("event: response.completed")) {
+		return true
+	}
 	for _, term := range [][]byte{[]byte("data: [DONE]"), []byte("data:[DONE]")} {
 		if bytes.HasSuffix(chunk, term) {
 			rest := chunk[:len(chunk)-len(term)]

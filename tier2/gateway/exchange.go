@@ -249,7 +249,7 @@ func (x *exchange) relayBuffered(tr *try, resp *http.Response) (attemptResult, e
 		Usage *usage `json:"usage"`
 	}
 	if json.Unmarshal(buf, &u) == nil && u.Usage != nil {
-		x.usage = u.Usage
+		x.usage = u.Usage.normalize()
 	}
 	h := x.w.Header()
 	h.Set("Content-Type", resp.Header.Get("Content-Type"))

@@ -245,6 +245,9 @@ func New(opts Options) (*Gateway, error) {
 	mux.HandleFunc("/v1/chat/completions", g.inference)
 	mux.HandleFunc("/v1/completions", g.inference)
 	mux.HandleFunc("/v1/embeddings", g.inference)
+	mux.HandleFunc("/v1/responses", g.inference)
+	mux.HandleFunc("/v1/messages", g.inference)
+	mux.HandleFunc("/v1/messages/count_tokens", g.inference)
 	mux.HandleFunc("/v1/models", g.models)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -325,10 +328,27 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(list)
 }
 
+// usage is a response's token counts in any of the APIs' spellings:
+// prompt_tokens/completion_tokens (chat, completions, embeddings) or
+// input_tokens/output_tokens (Responses, Anthropic Messages). normalize
+// folds the second into the first.
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	InputTokens      int `json:"input_tokens"`
+	OutputTokens     int `json:"output_tokens"`
+}
+
+func (u *usage) normalize() *usage {
+	if u == nil {
+		return nil
+	}
+	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
+		u.PromptTokens, u.CompletionTokens = u.InputTokens, u.OutputTokens
+	}
+	u.InputTokens, u.OutputTokens = 0, 0
+	return u
 }
 
 func (u *usage) total() int {
@@ -342,8 +362,12 @@ func (u *usage) total() int {
 // written (after which nothing may be retried).
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code      int
+	anthropic bool // an Anthropic Messages path: errors in that shape
 }
+
+// AnthropicErrors implements openai.AnthropicShaper.
+func (s *statusWriter) AnthropicErrors() bool { return s.anthropic }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.code == 0 {
@@ -373,7 +397,7 @@ func (s *statusWriter) Flush() {
 func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	endpoint := strings.TrimPrefix(r.URL.Path, "/v1/")
-	w := &statusWriter{ResponseWriter: rw}
+	w := &statusWriter{ResponseWriter: rw, anthropic: openai.IsAnthropicPath(r.URL.Path)}
 	// One ID for the request in every hop, log line and answer, errors
 	// included: the client's when well-formed, else a fresh one.
 	id := openai.RequestID(r.Header.Get(openai.HeaderRequestID))
@@ -418,8 +442,11 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	// For a stream, ask Tier 1 for usage even when the client did not, so
 	// the limiter is reconciled with real counts; that usage chunk is then
 	// kept from the client.
+	// (Only the chat and completions APIs have stream_options; the
+	// Responses and Anthropic streams always carry usage.)
 	injected := false
-	if req.Stream && (req.StreamOptions == nil || !req.StreamOptions.IncludeUsage) {
+	if req.Stream && (endpoint == "chat/completions" || endpoint == "completions") &&
+		(req.StreamOptions == nil || !req.StreamOptions.IncludeUsage) {
 		if nb, err := withIncludeUsage(body); err == nil {
 			body, injected = nb, true
 		}

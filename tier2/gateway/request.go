@@ -37,8 +37,8 @@ func decodeRequest(w http.ResponseWriter, body []byte, endpoint string) (request
 		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "missing_model", "you must provide a model parameter")
 		return request{}, false
 	}
-	if r.Stream && endpoint == "embeddings" {
-		openai.Errorf(w, http.StatusBadRequest, "invalid_stream", "embeddings cannot be streamed")
+	if r.Stream && (endpoint == "embeddings" || endpoint == "messages/count_tokens") {
+		openai.Errorf(w, http.StatusBadRequest, "invalid_stream", endpoint+" cannot be streamed")
 		return request{}, false
 	}
 	return *r, true
@@ -52,11 +52,11 @@ func decodeRequest(w http.ResponseWriter, body []byte, endpoint string) (request
 // huge, never wrap to a small or negative estimate.
 func estimateTokens(body []byte, req request, defMax int, endpoint string) int {
 	est := len(body)/4 + 1
-	if endpoint == "embeddings" {
+	if endpoint == "embeddings" || endpoint == "messages/count_tokens" {
 		return est
 	}
 	out := 0
-	for _, v := range []*int{req.MaxTokens, req.MaxCompletionTokens} {
+	for _, v := range []*int{req.MaxTokens, req.MaxCompletionTokens, req.MaxOutputTokens} {
 		if v != nil && *v > out {
 			out = *v
 		}
