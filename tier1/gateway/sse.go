@@ -73,6 +73,7 @@ func eventHasToken(ev []byte) bool {
 		return true
 	}
 	var msg struct {
+		Type    string `json:"type"` // Responses and Anthropic events name themselves
 		Choices []struct {
 			Text         string  `json:"text"`
 			FinishReason *string `json:"finish_reason"`
@@ -88,6 +89,11 @@ func eventHasToken(ev []byte) bool {
 	}
 	if len(msg.Error) > 0 {
 		return true // an in-band error ends the wait for a token too
+	}
+	switch msg.Type {
+	case "response.output_text.delta", "response.completed", "response.failed", "response.incomplete",
+		"content_block_delta", "message_delta", "message_stop", "error":
+		return true
 	}
 	for _, c := range msg.Choices {
 		if c.Text != "" || c.Delta.Content != "" || c.Delta.ReasoningContent != "" ||
