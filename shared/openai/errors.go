@@ -32,10 +32,58 @@ const (
 	TypeUnavailable    = "service_unavailable"
 )
 
+// AnthropicShaper is implemented by a ResponseWriter serving the Anthropic
+// Messages API (/v1/messages): WriteError then answers in that API's error
+// shape, so every error path of a server speaks the endpoint's dialect
+// without knowing it.
+type AnthropicShaper interface {
+	AnthropicErrors() bool
+}
+
+// anthropicEnvelope is {"type":"error","error":{"type":...,"message":...}}.
+type anthropicEnvelope struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// AnthropicErrorType is the Anthropic error type for an HTTP status.
+func AnthropicErrorType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
 // WriteError writes an OpenAI-style JSON error with the given status.
-// code is a short machine-readable string such as "model_not_found".
+// code is a short machine-readable string such as "model_not_found". On
+// an AnthropicShaper that asks for it, the error takes Anthropic's shape
+// (the code is then dropped: that shape has no place for it).
 func WriteError(w http.ResponseWriter, status int, typ, code, message string) {
-	body, _ := json.Marshal(envelope{Error: Error{Message: message, Type: typ, Code: code}})
+	var body []byte
+	if as, ok := w.(AnthropicShaper); ok && as.AnthropicErrors() {
+		var e anthropicEnvelope
+		e.Type, e.Error.Type, e.Error.Message = "error", AnthropicErrorType(status), message
+		body, _ = json.Marshal(e)
+	} else {
+		body, _ = json.Marshal(envelope{Error: Error{Message: message, Type: typ, Code: code}})
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -59,6 +107,28 @@ func TypeForStatus(status int) string {
 	default:
 		return TypeInvalidRequest
 	}
+}
+
+// AnthropicWriter wraps a ResponseWriter so WriteError answers in the
+// Anthropic shape; Unwrap keeps http.ResponseController working.
+type AnthropicWriter struct{ http.ResponseWriter }
+
+// AnthropicErrors implements AnthropicShaper.
+func (AnthropicWriter) AnthropicErrors() bool { return true }
+
+// Unwrap returns the wrapped writer.
+func (a AnthropicWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// Flush flushes the wrapped writer when it can.
+func (a AnthropicWriter) Flush() {
+	if f, ok := a.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// IsAnthropicPath reports whether path is an Anthropic Messages API path.
+func IsAnthropicPath(path string) bool {
+	return path == "/v1/messages" || path == "/v1/messages/count_tokens"
 }
 
 // Errorf is a shorthand for WriteError with the type derived from status.

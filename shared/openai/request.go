@@ -28,11 +28,13 @@ type Request struct {
 	StreamOptions       *StreamOptions // nil when absent or null
 	MaxTokens           *int           // nil when absent or null
 	MaxCompletionTokens *int
+	MaxOutputTokens     *int // Responses API
 	N                   *int
 	// Raw JSON of the prompt-carrying fields, aliasing the body; nil when
-	// absent or null.
-	Messages, Prompt, Input []byte
-	CacheSalt               string
+	// absent or null. Instructions is the Responses API's system text,
+	// System the Anthropic Messages API's.
+	Messages, Prompt, Input, Instructions, System []byte
+	CacheSalt                                     string
 	// User and PromptCacheKey are the client's end-user id and cache
 	// routing key: hints for session affinity only, never trusted.
 	User, PromptCacheKey string
@@ -58,7 +60,8 @@ func (e *RequestError) Error() string { return e.Message }
 // and case-variant spellings.
 var RequestFields = jsonkeys.NewSet(
 	"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-	"n", "messages", "prompt", "input", "cache_salt", "user", "prompt_cache_key")
+	"n", "messages", "prompt", "input", "cache_salt", "user", "prompt_cache_key",
+	"max_output_tokens", "instructions", "system")
 
 const (
 	fModel = iota
@@ -73,6 +76,9 @@ const (
 	fCacheSalt
 	fUser
 	fPromptCacheKey
+	fMaxOutputTokens
+	fInstructions
+	fSystem
 	nFields
 )
 
@@ -83,7 +89,7 @@ var streamOptionFields = jsonkeys.NewSet("include_usage")
 // (valid UTF-8, no trailing data); a field it reads (or
 // stream_options.include_usage) that appears twice or in another case;
 // a field of the wrong JSON type; max_tokens or max_completion_tokens
-// outside [0, MaxTokensLimit] and n outside [1, MaxN]. Integers must be
+// or max_output_tokens outside [0, MaxTokensLimit] and n outside [1, MaxN]. Integers must be
 // written as JSON integers (1000, not 1e3 or 1000.0). It does not check
 // which fields are required: that depends on the endpoint.
 func ParseRequest(body []byte) (*Request, error) {
@@ -127,10 +133,14 @@ func ParseRequest(body []byte) (*Request, error) {
 	if r.MaxCompletionTokens, err = intField("max_completion_tokens", vals[fMaxCompletionTokens], 0, MaxTokensLimit); err != nil {
 		return nil, err
 	}
+	if r.MaxOutputTokens, err = intField("max_output_tokens", vals[fMaxOutputTokens], 0, MaxTokensLimit); err != nil {
+		return nil, err
+	}
 	if r.N, err = intField("n", vals[fN], 1, MaxN); err != nil {
 		return nil, err
 	}
 	r.Messages, r.Prompt, r.Input = nonNull(vals[fMessages]), nonNull(vals[fPrompt]), nonNull(vals[fInput])
+	r.Instructions, r.System = nonNull(vals[fInstructions]), nonNull(vals[fSystem])
 	return &r, nil
 }
 

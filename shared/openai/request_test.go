@@ -45,6 +45,16 @@ func TestParseRequest(t *testing.T) {
 		{name: "prompt_cache_key variant", body: `{"Prompt_Cache_Key":"a"}`, code: "duplicate_key", param: "prompt_cache_key"},
 		{name: "user number", body: `{"user":7}`, code: "invalid_type", param: "user"},
 		{name: "n variant", body: `{"N":2}`, code: "duplicate_key", param: "n"},
+		{name: "responses", body: `{"model":"m","instructions":"be brief","input":"hi","max_output_tokens":7}`,
+			check: func(r *Request) bool {
+				return string(r.Instructions) == `"be brief"` && string(r.Input) == `"hi"` && *r.MaxOutputTokens == 7
+			}},
+		{name: "anthropic", body: `{"model":"m","system":[{"type":"text","text":"s"}],"messages":[],"max_tokens":3}`,
+			check: func(r *Request) bool { return string(r.System) == `[{"type":"text","text":"s"}]` && *r.MaxTokens == 3 }},
+		{name: "max_output_tokens variant", body: `{"max_output_tokens":5,"Max_Output_Tokens":99999}`, code: "duplicate_key", param: "max_output_tokens"},
+		{name: "system variant", body: `{"system":"a","SYSTEM":"b"}`, code: "duplicate_key", param: "system"},
+		{name: "instructions variant", body: `{"instructions":"a","Instructions":"b"}`, code: "duplicate_key", param: "instructions"},
+		{name: "max_output_tokens bound", body: `{"max_output_tokens":16777217}`, code: "invalid_value", param: "max_output_tokens"},
 		{name: "huge max_tokens", body: `{"max_tokens":4611686018427387904}`, code: "invalid_value", param: "max_tokens"},
 		{name: "beyond int64", body: `{"max_tokens":99999999999999999999999}`, code: "invalid_value", param: "max_tokens"},
 		{name: "negative", body: `{"max_completion_tokens":-1}`, code: "invalid_value", param: "max_completion_tokens"},

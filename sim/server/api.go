@@ -263,7 +263,7 @@ func messageText(raw json.RawMessage) (string, error) {
 		if decodeField("type", v[0], &typ) != nil || decodeField("text", v[1], &text) != nil {
 			return "", errors.New("content parts need string type and text")
 		}
-		if typ == "text" {
+		if typ == "text" || typ == "input_text" || typ == "output_text" {
 			b.WriteString(text)
 		}
 	}

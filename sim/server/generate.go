@@ -58,7 +58,8 @@ func (p *progress) snapshot() (tokens int, done bool, doneAt time.Duration, res 
 
 // job is one accepted request in flight.
 type job struct {
-	chat         bool
+	chat         bool // the conversation is chat messages (every dialect but completions)
+	dialect      dialect
 	id           string
 	model        string
 	created      int64
@@ -71,8 +72,18 @@ type job struct {
 	prog         *progress
 }
 
-func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
-	req, aerr := decodeRequest(w, r, chat, s.cfg.MaxBodyBytes)
+func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, d dialect) {
+	chat := d != dCompletions
+	var req *commonRequest
+	var aerr *apiError
+	if d == dChat || d == dCompletions {
+		req, aerr = decodeRequest(w, r, chat, s.cfg.MaxBodyBytes)
+	} else {
+		var data []byte
+		if data, aerr = readBody(w, r, s.cfg.MaxBodyBytes); aerr == nil {
+			req, aerr = parseDialect(data, d)
+		}
+	}
 	if aerr != nil {
 		writeAPIError(w, aerr)
 		return
@@ -117,6 +128,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	}
 	j := &job{
 		chat:         chat,
+		dialect:      d,
 		model:        req.Model,
 		created:      time.Now().Unix(),
 		stream:       req.Stream,
@@ -126,9 +138,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		engineID:     s.nextID.Add(1),
 		prog:         newProgress(),
 	}
-	if chat {
+	switch d {
+	case dResponses:
+		j.id = "resp_" + strconv.FormatUint(j.engineID, 16)
+	case dMessages:
+		j.id = "msg_" + strconv.FormatUint(j.engineID, 16)
+	case dChat:
 		j.id = "chatcmpl-" + strconv.FormatUint(j.engineID, 16)
-	} else {
+	default:
 		j.id = "cmpl-" + strconv.FormatUint(j.engineID, 16)
 	}
 	er := &engine.Request{
@@ -233,6 +250,10 @@ func (s *Server) finishJob(w http.ResponseWriter, r *http.Request, j *job) {
 			return
 		}
 		text := string(appendFiller(nil, j.seed, 0, res.CompletionTokens))
+		if j.dialect >= dResponses {
+			j.writeDialect(w, res, text)
+			return
+		}
 		u := j.usage(res)
 		if j.chat {
 			writeJSON(w, http.StatusOK, chatCompletion{
@@ -264,6 +285,10 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *job) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	sse := &sseWriter{w: w, rc: rc}
+	if j.dialect >= dResponses {
+		s.streamNamed(r, j, &namedSSE{sseWriter: sse})
+		return
+	}
 	if j.chat {
 		// OpenAI opens a chat stream with the assistant role.
 		empty := ""

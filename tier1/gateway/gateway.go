@@ -398,7 +398,7 @@ func (g *Gateway) podUpdated(pod string) {
 
 func (g *Gateway) routes() {
 	mux := http.NewServeMux()
-	for _, ep := range []endpoint{epChat, epCompletions, epEmbeddings} {
+	for _, ep := range inferenceEndpoints {
 		mux.Handle(ep.path, g.authed(func(w http.ResponseWriter, r *http.Request, st *state, trusted bool) {
 			g.handleInference(w, r, st, ep, trusted)
 		}))
@@ -429,6 +429,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) authed(h func(w http.ResponseWriter, r *http.Request, st *state, trusted bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := g.state.Load()
+		if openai.IsAnthropicPath(r.URL.Path) {
+			w = openai.AnthropicWriter{ResponseWriter: w} // errors in that API's shape
+		}
 		if st.cfg.Auth.Disabled {
 			h(w, r, st, false)
 			return

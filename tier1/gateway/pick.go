@@ -89,7 +89,7 @@ type Pick struct {
 // inferenceEndpoint maps a request path to its endpoint kind.
 func inferenceEndpoint(path string) (endpoint, bool) {
 	path, _, _ = strings.Cut(path, "?")
-	for _, ep := range []endpoint{epChat, epCompletions, epEmbeddings} {
+	for _, ep := range inferenceEndpoints {
 		if path == ep.path {
 			return ep, true
 		}

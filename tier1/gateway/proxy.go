@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -38,6 +39,10 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *state, ep endpoint, trusted bool) {
 	start := time.Now()
 	cfg := st.cfg
+	// One ID for the request at the pod, in every log line and in the
+	// answer (errors too): the caller's when well-formed, else a new one.
+	id := openai.RequestID(r.Header.Get(openai.HeaderRequestID))
+	w.Header().Set(openai.HeaderRequestID, id)
 	if r.Method != http.MethodPost {
 		closeAfter(w)
 		w.Header().Set("Allow", http.MethodPost)
@@ -71,7 +76,7 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 	defer cycleBufs.Put(cb)
 	ctx, cancel := context.WithTimeout(r.Context(), cfg.Timeouts.Request)
 	defer cancel()
-	req, pool, rf := g.route(ctx, st, routeInput{ep: ep, data: data, id: r.Header.Get("X-Request-Id"),
+	req, pool, rf := g.route(ctx, st, routeInput{ep: ep, data: data, id: id,
 		prioHdr: prioHdr, sloHdr: sloHdr, sessionHdr: r.Header.Get(HeaderSessionID), trusted: trusted}, cb)
 	if rf != nil {
 		if rf.status == admission.StatusClientClosed {
@@ -85,8 +90,10 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 		g.fail(w, rf.model, rf.pool, rf.status, rf.code, rf.reason)
 		return
 	}
-	c := &proxyCall{w: w, r: r, st: st, pool: pool, req: req, data: data, start: start,
+	c := &proxyCall{w: w, r: r, st: st, pool: pool, req: req, data: data, start: start, id: id,
+		log:    g.log.With("request_id", id),
 		header: upstreamHeaders(stripInternal(r.Header), clientIP(r), st.upstreamToken)}
+	c.header.Set(openai.HeaderRequestID, id)
 	g.dispatch(ctx, c, cb.res.Ranked)
 }
 
@@ -244,9 +251,11 @@ type proxyCall struct {
 	st     *state
 	pool   *poolState
 	req    *picker.Request
-	header http.Header // upstream request headers
-	data   []byte      // request body
-	start  time.Time   // the request arrived
+	header http.Header  // upstream request headers
+	data   []byte       // request body
+	start  time.Time    // the request arrived
+	id     string       // X-Request-Id, validated
+	log    *slog.Logger // carries request_id
 }
 
 // dispatch sends the request to ranked[0], moving to the next pod when one
@@ -264,7 +273,7 @@ func (g *Gateway) dispatch(ctx context.Context, c *proxyCall, ranked []*picker.P
 				break
 			}
 			g.m.retries.WithLabelValues(pool, last.reason).Inc()
-			g.log.Debug("retrying on next pod", "pool", pool, "failed", ranked[i-1].Name, "reason", last.reason, "err", last.err, "next", pod.Name)
+			c.log.Debug("retrying on next pod", "pool", pool, "failed", ranked[i-1].Name, "reason", last.reason, "err", last.err, "next", pod.Name)
 		}
 		// Whether a failure may be retried is decided when it happens: an
 		// attempt that outlives the budget relays its pod's error instead.
@@ -375,6 +384,7 @@ func (g *Gateway) relay(c *proxyCall, pod *picker.Pod, resp *http.Response, u *u
 	w := c.w
 	h := w.Header()
 	copyResponseHeaders(h, stripInternal(resp.Header))
+	h.Set(openai.HeaderRequestID, c.id) // the pod's own, if any, is not ours
 	if cfg.PodHeader != "-" {
 		h.Set(cfg.PodHeader, pod.Name)
 	}
@@ -437,9 +447,9 @@ func (g *Gateway) brokeOff(c *proxyCall, pod *picker.Pod, u *upstream, ft *first
 	code, msg := "upstream_interrupted", "upstream stream interrupted"
 	if tooLong {
 		code, msg = "stream_too_long", "response exceeded the maximum stream duration"
-		g.log.Info("response cut at timeouts.max_stream", "pod", pod.Name)
+		c.log.Info("response cut at timeouts.max_stream", "pod", pod.Name)
 	} else {
-		g.log.Warn("upstream response broke off", "pod", pod.Name, "err", rerr, "timed_out", u.timedOut.Load())
+		c.log.Warn("upstream response broke off", "pod", pod.Name, "err", rerr, "timed_out", u.timedOut.Load())
 	}
 	if !ft.sse {
 		panic(http.ErrAbortHandler)

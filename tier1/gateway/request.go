@@ -99,7 +99,13 @@ var (
 	epChat        = endpoint{"/v1/chat/completions", "messages"}
 	epCompletions = endpoint{"/v1/completions", "prompt"}
 	epEmbeddings  = endpoint{"/v1/embeddings", "input"}
+	epResponses   = endpoint{"/v1/responses", "input"}   // OpenAI Responses
+	epMessages    = endpoint{"/v1/messages", "messages"} // Anthropic Messages
+	epCountTokens = endpoint{"/v1/messages/count_tokens", "messages"}
 )
+
+// inferenceEndpoints are every endpoint the router proxies.
+var inferenceEndpoints = []endpoint{epChat, epCompletions, epEmbeddings, epResponses, epMessages, epCountTokens}
 
 // parseBody decodes the routing fields of an OpenAI request body with
 // openai.ParseRequest: exact keys, one spelling of each field the router
@@ -131,16 +137,29 @@ func requestErrorCode(err error) string {
 }
 
 // promptBytes is the text the prefix hash and token estimate cover: the
-// raw messages JSON (as GIE hashes it), or the prompt / input.
+// raw messages JSON (as GIE hashes it), or the prompt / input; for the
+// Responses and Anthropic APIs the system text (instructions, system)
+// comes first, as the engine's chat template puts it.
 func (b *inferenceBody) promptBytes(ep endpoint) []byte {
+	var sys, main []byte
 	switch ep.field {
 	case "messages":
-		return b.Messages
+		main = b.Messages
 	case "prompt":
-		return b.Prompt
+		main = b.Prompt
 	default:
-		return b.Input
+		main = b.Input
 	}
+	switch ep {
+	case epResponses:
+		sys = b.Instructions
+	case epMessages, epCountTokens:
+		sys = b.System
+	}
+	if len(sys) == 0 || len(main) == 0 {
+		return main
+	}
+	return append(append(append(make([]byte, 0, len(sys)+1+len(main)), sys...), '\n'), main...)
 }
 
 // maxTokens is the most completion tokens the request may generate over
@@ -150,6 +169,8 @@ func (b *inferenceBody) promptBytes(ep endpoint) []byte {
 func (b *inferenceBody) maxTokens() int {
 	per := 0
 	switch {
+	case b.MaxOutputTokens != nil:
+		per = *b.MaxOutputTokens
 	case b.MaxCompletionTokens != nil:
 		per = *b.MaxCompletionTokens
 	case b.MaxTokens != nil:

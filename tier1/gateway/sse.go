@@ -73,6 +73,7 @@ func eventHasToken(ev []byte) bool {
 		return true
 	}
 	var msg struct {
+		Type    string `json:"type"` // Responses and Anthropic events name themselves
 		Choices []struct {
 			Text         string  `json:"text"`
 			FinishReason *string `json:"finish_reason"`
@@ -88,6 +89,11 @@ func eventHasToken(ev []byte) bool {
 	}
 	if len(msg.Error) > 0 {
 		return true // an in-band error ends the wait for a token too
+	}
+	switch msg.Type {
+	case "response.output_text.delta", "response.completed", "response.failed", "response.incomplete",
+		"content_block_delta", "message_delta", "message_stop", "error":
+		return true
 	}
 	for _, c := range msg.Choices {
 		if c.Text != "" || c.Delta.Content != "" || c.Delta.ReasoningContent != "" ||
@@ -147,6 +153,15 @@ func (f *firstToken) observe(pod string, chunk []byte, force bool) {
 // OpenAI terminator event, data: [DONE].
 func endsStream(chunk []byte) bool {
 	chunk = bytes.TrimRight(chunk, "\r\n\t ")
+	// The Responses and Anthropic streams have no [DONE]: their last
+	// event is named.
+	last := chunk
+	if i := bytes.LastIndex(chunk, []byte("\n\n")); i >= 0 {
+		last = chunk[i+2:]
+	}
+	if bytes.HasPrefix(last, []byte("event: message_stop")) || bytes.HasPrefix(last, []byte("event: response.completed")) {
+		return true
+	}
 	for _, term := range [][]byte{[]byte("data: [DONE]"), []byte("data:[DONE]")} {
 		if bytes.HasSuffix(chunk, term) {
 			rest := chunk[:len(chunk)-len(term)]

@@ -26,6 +26,10 @@ func TestTokenScanner(t *testing.T) {
 		{"content key inside a string", []string{"data: {\"choices\": [{\"delta\": {\"role\": \"\\\"content\\\": \\\"x\"}}]}\n\n"}, false},
 		{"comment", []string{": keep-alive\n\n"}, false},
 		{"in-band error", []string{"data: {\"error\": {\"message\": \"x\"}}\n\n"}, true},
+		{"responses created", []string{"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{}}\n\n"}, false},
+		{"responses delta", []string{"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n"}, true},
+		{"anthropic start", []string{"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n"}, false},
+		{"anthropic delta", []string{"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"Hi\"}}\n\n"}, true},
 		{"oversized event", []string{"data: " + strings.Repeat("x", maxEventBytes+1)}, true},
 	}
 	for _, tt := range tests {
@@ -74,4 +78,18 @@ func FuzzTokenScanner(f *testing.F) {
 			t.Fatal("buffer beyond bound")
 		}
 	})
+}
+
+func TestEndsStreamNamed(t *testing.T) {
+	for chunk, want := range map[string]bool{
+		"data: [DONE]\n\n": true,
+		"event: content_block_stop\ndata: {}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n": true,
+		"event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n":                            true,
+		"event: message_stop\ndata: {}\n\nevent: ping\ndata: {}\n\n":                                        false,
+		"event: content_block_delta\ndata: {}\n\n":                                                          false,
+	} {
+		if got := endsStream([]byte(chunk)); got != want {
+			t.Errorf("endsStream(%q) = %v, want %v", chunk, got, want)
+		}
+	}
 }

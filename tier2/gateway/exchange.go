@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,9 +30,11 @@ type exchange struct {
 	stream    bool
 	injected  bool
 	requestID string
+	log       *slog.Logger // carries request_id
 
-	usage  *usage
-	served *discovery.Cluster // the cluster whose answer reached the client
+	usage   *usage
+	relayed int                // stream events relayed to the client, for cancelledTokens
+	served  *discovery.Cluster // the cluster whose answer reached the client
 }
 
 // attemptResult says whether the exchange is over or may move on to the
@@ -83,8 +86,8 @@ func (x *exchange) run(plan []route.Candidate, start time.Time) *usage {
 		if se == nil || se.Code != http.StatusNotFound {
 			all404 = false
 		}
-		g.log.Warn("tier1 attempt failed", "cluster", cand.Cluster.Name, "region", cand.Cluster.Region,
-			"model", x.model, "attempt", attempts, "err", err, "request_id", x.requestID)
+		x.log.Warn("tier1 attempt failed", "cluster", cand.Cluster.Name, "region", cand.Cluster.Region,
+			"model", x.model, "attempt", attempts, "err", err)
 	}
 	x.answerFailure(attempts, all429, all404)
 	return nil
@@ -175,7 +178,6 @@ func (x *exchange) attempt(cand route.Candidate, a *route.Attempt) (attemptResul
 	}
 	x.served = &tr.cand.Cluster
 	h := x.w.Header()
-	h.Set("X-Request-Id", x.requestID)
 	h.Set("X-Infergate-Cluster", cand.Cluster.Name)
 	h.Set("X-Infergate-Region", cand.Cluster.Region)
 	switch {
@@ -202,7 +204,7 @@ func (x *exchange) send(tr *try) (*http.Response, error) {
 	if x.g.opts.Tier1Token != "" {
 		req.Header.Set("Authorization", "Bearer "+x.g.opts.Tier1Token)
 	}
-	req.Header.Set("X-Request-Id", x.requestID)
+	req.Header.Set(openai.HeaderRequestID, x.requestID)
 	req.Header.Set("X-Infergate-Tenant", x.t.ID)
 	tr.sent = time.Now()
 	return x.g.opts.Transport.RoundTrip(req)
@@ -247,7 +249,7 @@ func (x *exchange) relayBuffered(tr *try, resp *http.Response) (attemptResult, e
 		Usage *usage `json:"usage"`
 	}
 	if json.Unmarshal(buf, &u) == nil && u.Usage != nil {
-		x.usage = u.Usage
+		x.usage = u.Usage.normalize()
 	}
 	h := x.w.Header()
 	h.Set("Content-Type", resp.Header.Get("Content-Type"))

@@ -21,8 +21,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -247,6 +245,9 @@ func New(opts Options) (*Gateway, error) {
 	mux.HandleFunc("/v1/chat/completions", g.inference)
 	mux.HandleFunc("/v1/completions", g.inference)
 	mux.HandleFunc("/v1/embeddings", g.inference)
+	mux.HandleFunc("/v1/responses", g.inference)
+	mux.HandleFunc("/v1/messages", g.inference)
+	mux.HandleFunc("/v1/messages/count_tokens", g.inference)
 	mux.HandleFunc("/v1/models", g.models)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -327,10 +328,27 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(list)
 }
 
+// usage is a response's token counts in any of the APIs' spellings:
+// prompt_tokens/completion_tokens (chat, completions, embeddings) or
+// input_tokens/output_tokens (Responses, Anthropic Messages). normalize
+// folds the second into the first.
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	InputTokens      int `json:"input_tokens"`
+	OutputTokens     int `json:"output_tokens"`
+}
+
+func (u *usage) normalize() *usage {
+	if u == nil {
+		return nil
+	}
+	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
+		u.PromptTokens, u.CompletionTokens = u.InputTokens, u.OutputTokens
+	}
+	u.InputTokens, u.OutputTokens = 0, 0
+	return u
 }
 
 func (u *usage) total() int {
@@ -344,8 +362,12 @@ func (u *usage) total() int {
 // written (after which nothing may be retried).
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code      int
+	anthropic bool // an Anthropic Messages path: errors in that shape
 }
+
+// AnthropicErrors implements openai.AnthropicShaper.
+func (s *statusWriter) AnthropicErrors() bool { return s.anthropic }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.code == 0 {
@@ -375,7 +397,12 @@ func (s *statusWriter) Flush() {
 func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	endpoint := strings.TrimPrefix(r.URL.Path, "/v1/")
-	w := &statusWriter{ResponseWriter: rw}
+	w := &statusWriter{ResponseWriter: rw, anthropic: openai.IsAnthropicPath(r.URL.Path)}
+	// One ID for the request in every hop, log line and answer, errors
+	// included: the client's when well-formed, else a fresh one.
+	id := openai.RequestID(r.Header.Get(openai.HeaderRequestID))
+	w.Header().Set(openai.HeaderRequestID, id)
+	log := g.log.With("request_id", id)
 	defer g.observe(w, endpoint, start)
 	// The body must arrive in BodyReadTimeout, whoever sends it.
 	rc := http.NewResponseController(rw)
@@ -407,7 +434,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 
 	// Admission after planning: a request we cannot route costs no quota.
 	est := estimateTokens(body, req, g.opts.DefaultMaxTokens, endpoint)
-	finish, ok := g.admit(w, r, t, req.Model, est)
+	finish, ok := g.admit(w, r, log, t, req.Model, est)
 	if !ok {
 		return
 	}
@@ -415,8 +442,11 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	// For a stream, ask Tier 1 for usage even when the client did not, so
 	// the limiter is reconciled with real counts; that usage chunk is then
 	// kept from the client.
+	// (Only the chat and completions APIs have stream_options; the
+	// Responses and Anthropic streams always carry usage.)
 	injected := false
-	if req.Stream && (req.StreamOptions == nil || !req.StreamOptions.IncludeUsage) {
+	if req.Stream && (endpoint == "chat/completions" || endpoint == "completions") &&
+		(req.StreamOptions == nil || !req.StreamOptions.IncludeUsage) {
 		if nb, err := withIncludeUsage(body); err == nil {
 			body, injected = nb, true
 		}
@@ -424,12 +454,16 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 
 	x := &exchange{
 		g: g, w: w, r: r, t: t, body: body, model: req.Model, stream: req.Stream, injected: injected,
-		requestID: r.Header.Get("X-Request-Id"),
-	}
-	if x.requestID == "" {
-		x.requestID = newID()
+		requestID: id, log: log,
 	}
 	u := x.run(plan, start)
+	if u == nil && r.Context().Err() != nil {
+		log.Info("client cancelled the request", "tenant", t.ID, "model", req.Model, "relayed_events", x.relayed)
+		// The client left before any usage arrived: charge what was
+		// plausibly consumed, not the whole completion bound (see
+		// docs/tier2-limits.md, "Cancelled requests").
+		est = cancelledTokens(body, x.relayed)
+	}
 	finish(g.account(t, x.served, u, est))
 }
 
@@ -486,7 +520,7 @@ func (g *Gateway) plan(w http.ResponseWriter, t *tenant.Tenant, model string) ([
 
 // admit asks the limiter for est tokens of model, answering 429 or 503
 // itself when refused. finish settles the admission with the tokens used.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, t *tenant.Tenant, model string, est int) (finish func(actual int), ok bool) {
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, log *slog.Logger, t *tenant.Tenant, model string, est int) (finish func(actual int), ok bool) {
 	finish = func(int) {}
 	if g.opts.Limiter == nil {
 		return finish, true
@@ -496,7 +530,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, t *tenant.Tenant
 		adm.SetHeaders(w.Header())
 	}
 	if err != nil && !adm.Allowed {
-		g.log.Error("rate limiter unavailable", "tenant", t.ID, "err", err)
+		log.Error("rate limiter unavailable", "tenant", t.ID, "err", err)
 		openai.Errorf(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "rate limiting is unavailable; try again shortly")
 		return nil, false
 	}
@@ -536,10 +570,4 @@ func (g *Gateway) account(t *tenant.Tenant, served *discovery.Cluster, u *usage,
 		}
 	}
 	return u.total()
-}
-
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

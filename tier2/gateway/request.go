@@ -37,8 +37,8 @@ func decodeRequest(w http.ResponseWriter, body []byte, endpoint string) (request
 		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "missing_model", "you must provide a model parameter")
 		return request{}, false
 	}
-	if r.Stream && endpoint == "embeddings" {
-		openai.Errorf(w, http.StatusBadRequest, "invalid_stream", "embeddings cannot be streamed")
+	if r.Stream && (endpoint == "embeddings" || endpoint == "messages/count_tokens") {
+		openai.Errorf(w, http.StatusBadRequest, "invalid_stream", endpoint+" cannot be streamed")
 		return request{}, false
 	}
 	return *r, true
@@ -52,11 +52,11 @@ func decodeRequest(w http.ResponseWriter, body []byte, endpoint string) (request
 // huge, never wrap to a small or negative estimate.
 func estimateTokens(body []byte, req request, defMax int, endpoint string) int {
 	est := len(body)/4 + 1
-	if endpoint == "embeddings" {
+	if endpoint == "embeddings" || endpoint == "messages/count_tokens" {
 		return est
 	}
 	out := 0
-	for _, v := range []*int{req.MaxTokens, req.MaxCompletionTokens} {
+	for _, v := range []*int{req.MaxTokens, req.MaxCompletionTokens, req.MaxOutputTokens} {
 		if v != nil && *v > out {
 			out = *v
 		}
@@ -69,6 +69,16 @@ func estimateTokens(body []byte, req request, defMax int, endpoint string) int {
 		n = *req.N
 	}
 	return satAdd(est, satMul(out, n))
+}
+
+// cancelledTokens is what a request the client abandoned before its usage
+// arrived is charged: the prompt estimate (as in estimateTokens) plus one
+// token per stream event already relayed (engines send about one token
+// per event). Tokens the engine never generated, because the cancel
+// reached it first, are not charged; a buffered answer the client never
+// received is charged its prompt only.
+func cancelledTokens(body []byte, relayed int) int {
+	return satAdd(len(body)/4+1, max(relayed, 0))
 }
 
 // satAdd and satMul work on non-negative ints and saturate at math.MaxInt.

@@ -135,3 +135,21 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestCancelledTokens(t *testing.T) {
+	body := make([]byte, 400)
+	for _, tc := range []struct {
+		body    []byte
+		relayed int
+		want    int
+	}{
+		{body, 0, 101},
+		{body, 25, 126},
+		{nil, 0, 1},
+		{body, -3, 101},
+	} {
+		if got := cancelledTokens(tc.body, tc.relayed); got != tc.want {
+			t.Errorf("cancelledTokens(%d bytes, %d) = %d, want %d", len(tc.body), tc.relayed, got, tc.want)
+		}
+	}
+}

@@ -133,3 +133,33 @@ func TestReadEventMaxBytes(t *testing.T) {
 		})
 	}
 }
+
+// Usage in the Responses and Anthropic streams' own fields.
+func TestFilterEventNamedUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []string
+		want   usage
+	}{
+		{"responses", []string{
+			"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n",
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"usage\"}\n\n",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":40,\"output_tokens\":7,\"total_tokens\":47}}}\n\n",
+		}, usage{PromptTokens: 40, CompletionTokens: 7, TotalTokens: 47}},
+		{"anthropic", []string{
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":30,\"output_tokens\":1}}}\n\n",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"usage\"}}\n\n",
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{},\"usage\":{\"output_tokens\":9}}\n\n",
+		}, usage{PromptTokens: 30, CompletionTokens: 9}},
+	} {
+		x := &exchange{}
+		for _, ev := range tc.events {
+			if out := x.filterEvent([]byte(ev)); string(out) != ev {
+				t.Errorf("%s: event changed: %q", tc.name, out)
+			}
+		}
+		if x.usage == nil || *x.usage != tc.want || x.usage.total() != tc.want.PromptTokens+tc.want.CompletionTokens {
+			t.Errorf("%s: usage %+v, want %+v", tc.name, x.usage, tc.want)
+		}
+	}
+}

@@ -56,6 +56,7 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 			if err := x.writeEvent(rc, out); err != nil {
 				return resultDone, route.ErrClientCanceled
 			}
+			x.relayed++
 		}
 		ev, err = readEvent(br, opts.MaxEventBytes)
 		switch {
@@ -155,13 +156,48 @@ func (x *exchange) filterEvent(ev []byte) []byte {
 		return ev
 	}
 	var chunk struct {
-		Choices []json.RawMessage `json:"choices"`
-		Usage   *usage            `json:"usage"`
+		Type     string            `json:"type"`
+		Choices  []json.RawMessage `json:"choices"`
+		Usage    *usage            `json:"usage"`
+		Response *struct {         // Responses: response.completed
+			Usage *usage `json:"usage"`
+		} `json:"response"`
+		Message *struct { // Anthropic: message_start
+			Usage *usage `json:"usage"`
+		} `json:"message"`
 	}
-	if json.Unmarshal(data, &chunk) != nil || chunk.Usage == nil {
+	if json.Unmarshal(data, &chunk) != nil {
 		return ev
 	}
-	x.usage = chunk.Usage
+	switch chunk.Type {
+	case "response.completed", "response.incomplete", "response.failed":
+		if chunk.Response != nil && chunk.Response.Usage != nil {
+			x.usage = chunk.Response.Usage.normalize()
+		}
+		return ev
+	case "message_start":
+		// Input tokens here; the output count comes in message_delta.
+		if chunk.Message != nil && chunk.Message.Usage != nil {
+			x.usage = &usage{PromptTokens: chunk.Message.Usage.InputTokens}
+		}
+		return ev
+	case "message_delta":
+		if chunk.Usage != nil {
+			if x.usage == nil {
+				x.usage = &usage{}
+			}
+			if chunk.Usage.InputTokens > 0 {
+				x.usage.PromptTokens = chunk.Usage.InputTokens
+			}
+			x.usage.CompletionTokens = chunk.Usage.OutputTokens
+			x.usage.TotalTokens = 0
+		}
+		return ev
+	}
+	if chunk.Usage == nil {
+		return ev
+	}
+	x.usage = chunk.Usage.normalize()
 	if !x.injected {
 		return ev
 	}
