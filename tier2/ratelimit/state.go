@@ -388,6 +388,15 @@ func (st *tenantState) finishPart(p part, actual int64, local bool, now time.Tim
 	case kTPM:
 		if !local {
 			r.settleTokens(p, actual, now)
+			break
+		}
+		// Admitted locally: the estimate waits as debt (fallback); charge
+		// the actual count instead. If the debt has gone out already, an
+		// overestimate stays charged (under-admits, never over).
+		if d := actual - p.n; d > 0 {
+			r.pendDebt += d
+		} else {
+			r.pendDebt -= min(r.pendDebt, -d)
 		}
 	case kBudget:
 		r.settleBudget(p, actual, local, now)
