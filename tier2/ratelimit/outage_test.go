@@ -189,3 +189,50 @@ func TestClusterFailoverBackOnRedis(t *testing.T) {
 		t.Fatalf("down again: %+v", st)
 	}
 }
+
+// TestLocalUseAges: what the local limits admitted is charged only while
+// it is still inside the window; returns come off the newest entries.
+func TestLocalUseAges(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	win := time.Minute
+	for _, tc := range []struct {
+		name string
+		adds []struct {
+			after time.Duration
+			n     int64
+		}
+		at   time.Duration
+		want int64
+	}{
+		{"all recent", []struct {
+			after time.Duration
+			n     int64
+		}{{0, 3}, {500 * time.Millisecond, 2}, {10 * time.Second, 4}}, 20 * time.Second, 9},
+		{"older than the window dropped", []struct {
+			after time.Duration
+			n     int64
+		}{{0, 5}, {30 * time.Second, 2}}, 70 * time.Second, 2},
+		{"return comes off the newest", []struct {
+			after time.Duration
+			n     int64
+		}{{0, 5}, {30 * time.Second, 2}, {31 * time.Second, -3}}, 61 * time.Second, 0},
+		{"return larger than recorded", []struct {
+			after time.Duration
+			n     int64
+		}{{0, 1}, {time.Second, -4}}, 2 * time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &resource{}
+			for _, a := range tc.adds {
+				r.addLocal(a.n, t0.Add(a.after), win)
+			}
+			now := t0.Add(tc.at)
+			if got := r.pendingLocal(now, win); got != tc.want {
+				t.Fatalf("pending %d, want %d (entries %+v)", got, tc.want, r.localUse)
+			}
+			if got := r.takeLocal(now, win); got != tc.want || len(r.localUse) != 0 {
+				t.Fatalf("take %d, want %d, left %+v", got, tc.want, r.localUse)
+			}
+		})
+	}
+}

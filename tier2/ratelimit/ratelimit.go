@@ -736,7 +736,7 @@ func (l *Limiter) fallback(st *tenantState, rs []item) (*Reservation, Decision, 
 			// Counted in Redis as a charge to the current bucket with the
 			// next call that succeeds, so the window sees what the local
 			// limits let through (TPM settles to the actual count).
-			r.pendDebt += it.n
+			r.addLocal(it.n, now, l.win())
 		case kConc:
 			r.inUse++
 		case kBudget:
@@ -785,7 +785,7 @@ func (r *Reservation) Finish(ctx context.Context, actualTokens int) {
 	st.mu.Lock()
 	st.lastUse = now
 	for _, p := range r.parts {
-		st.finishPart(p, actual, r.local, now)
+		st.finishPart(p, actual, r.local, now, r.l.win())
 	}
 	st.mu.Unlock()
 }
