@@ -69,7 +69,6 @@ func (r *resource) takeLocal(now time.Time, win time.Duration) int64 {
 	return n
 }
 
-
 func (r *resource) localLimiter(share int64, win time.Duration) *rate.Limiter {
 	burst := int(max(1, share/4))
 	perSec := rate.Limit(float64(share) / win.Seconds())
