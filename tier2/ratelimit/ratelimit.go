@@ -55,6 +55,12 @@ type Options struct {
 	// FailClosed rejects requests while Redis is unreachable. The default
 	// (false) fails open to the local limits.
 	FailClosed bool
+	// FailAfter is how many Redis calls in a row must fail before the
+	// limiter marks Redis down and stops calling it. A call that fails
+	// below it answers only its own admission from the local limits
+	// (reconciled later), so one stall of a loaded machine does not switch
+	// the replica to local limits. Default 3.
+	FailAfter int
 	// Timeout bounds every Redis call on the request path. Default 50ms.
 	// It holds against a hung Redis only if the client honours context
 	// deadlines (redis.Options.ContextTimeoutEnabled; RedisConfig.Client
@@ -99,6 +105,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Replicas <= 0 {
 		o.Replicas = 1
+	}
+	if o.FailAfter <= 0 {
+		o.FailAfter = 3
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 50 * time.Millisecond
@@ -245,6 +254,8 @@ type Limiter struct {
 	downMu    sync.Mutex
 	nextProbe time.Time
 	backoff   time.Duration
+	fails     int    // consecutive failed calls; guarded by downMu
+	probeKey  string // a key of the last failed call: the probe touches its slot
 
 	closing                                    atomic.Bool
 	admits, redisCalls                         atomic.Int64
@@ -506,10 +517,13 @@ func (l *Limiter) sync(ctx context.Context, st *tenantState, rs []item, refill b
 	if err != nil {
 		l.redisErrors.Add(1)
 		st.restore(ops)
-		if ctx.Err() == nil {
-			l.markDown(err)
+		if ctx.Err() == nil && l.shared {
+			l.failed(err, keys)
 		}
 		return nil, err
+	}
+	if l.shared {
+		l.succeeded()
 	}
 	return st.apply(l, ops, results, sent, time.Now()), nil
 }
@@ -529,10 +543,24 @@ func (l *Limiter) prefetch(st *tenantState) {
 	}()
 }
 
-func (l *Limiter) markDown(err error) {
+// failed counts a failed call and marks Redis down after FailAfter in a
+// row. On a Redis Cluster it also asks the client to reload the slot map:
+// go-redis reloads it on MOVED or READONLY replies, not on a connection
+// error, so after a failover it would keep calling the dead master.
+func (l *Limiter) failed(err error, keys []string) {
+	if cc, ok := l.opts.Redis.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background()) // asynchronous, coalesced
+	}
 	l.downMu.Lock()
 	defer l.downMu.Unlock()
-	if l.down.Load() {
+	l.fails++
+	if len(keys) > 0 {
+		l.probeKey = keys[0]
+	}
+	if l.fails < l.opts.FailAfter || l.down.Load() {
+		if !l.down.Load() {
+			l.opts.Logger.Debug("ratelimit: redis call failed", "err", err, "in_a_row", l.fails)
+		}
 		return
 	}
 	l.backoff = l.opts.Backoff
@@ -542,20 +570,40 @@ func (l *Limiter) markDown(err error) {
 	if l.opts.FailClosed {
 		mode = "closed"
 	}
-	l.opts.Logger.Warn("ratelimit: redis unreachable; using local limits", "fail", mode, "err", err, "retry_in", l.backoff)
+	l.opts.Logger.Warn("ratelimit: redis unreachable; using local limits", "fail", mode, "err", err, "in_a_row", l.fails, "retry_in", l.backoff)
 }
 
-// probe is called by the loop while down: one PING, no request waits on it.
+func (l *Limiter) succeeded() {
+	l.downMu.Lock()
+	l.fails = 0
+	l.downMu.Unlock()
+}
+
+// probe is called by the loop while down; no request waits on it. It
+// reads a key of the call that failed last (EXISTS), so on a Redis Cluster
+// it reaches the node serving that slot: a PING, which any live node
+// answers, would declare Redis back while that slot's master is dead.
 func (l *Limiter) probe(ctx context.Context) {
 	l.downMu.Lock()
 	if time.Now().Before(l.nextProbe) {
 		l.downMu.Unlock()
 		return
 	}
+	key := l.probeKey
 	l.downMu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, max(l.opts.Timeout, 100*time.Millisecond))
-	err := l.opts.Redis.Ping(cctx).Err()
+	var err error
+	if key != "" {
+		err = l.opts.Redis.Exists(cctx, key).Err()
+	} else {
+		err = l.opts.Redis.Ping(cctx).Err()
+	}
 	cancel()
+	if err != nil {
+		if cc, ok := l.opts.Redis.(*redis.ClusterClient); ok {
+			cc.ReloadState(context.Background())
+		}
+	}
 	l.downMu.Lock()
 	defer l.downMu.Unlock()
 	if err != nil {
@@ -564,6 +612,7 @@ func (l *Limiter) probe(ctx context.Context) {
 		return
 	}
 	l.opts.Logger.Info("ratelimit: redis reachable again")
+	l.fails = 0
 	l.down.Store(false)
 }
 
@@ -683,6 +732,11 @@ func (l *Limiter) fallback(st *tenantState, rs []item) (*Reservation, Decision, 
 		r := it.r
 		p := part{r: r, n: it.n}
 		switch r.k {
+		case kRPM, kTPM:
+			// Counted in Redis as a charge to the current bucket with the
+			// next call that succeeds, so the window sees what the local
+			// limits let through (TPM settles to the actual count).
+			r.addLocal(it.n, now, l.win())
 		case kConc:
 			r.inUse++
 		case kBudget:
@@ -731,7 +785,7 @@ func (r *Reservation) Finish(ctx context.Context, actualTokens int) {
 	st.mu.Lock()
 	st.lastUse = now
 	for _, p := range r.parts {
-		st.finishPart(p, actual, r.local, now)
+		st.finishPart(p, actual, r.local, now, r.l.win())
 	}
 	st.mu.Unlock()
 }

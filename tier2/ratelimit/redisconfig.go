@@ -71,8 +71,21 @@ func (c RedisConfig) Client() (redis.UniversalClient, error) {
 		}
 		o.TLSConfig = tc
 	}
+	if len(o.Addrs) > 1 && o.MasterName == "" {
+		co := o.Cluster()
+		// go-redis reloads the slot map on MOVED/READONLY replies but not
+		// on connection errors; after a failover, calls would go to the
+		// dead master until this periodic reload (default 60s). The
+		// limiter also asks for a reload when a call fails.
+		co.ClusterStateReloadInterval = ClusterStateReload
+		return redis.NewClusterClient(co), nil
+	}
 	return redis.NewUniversalClient(o), nil
 }
+
+// ClusterStateReload is how often a Redis Cluster client built by
+// RedisConfig.Client re-reads the slot map on its own.
+const ClusterStateReload = 5 * time.Second
 
 func (t RedisTLSConfig) config() (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}

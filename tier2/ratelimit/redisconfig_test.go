@@ -9,6 +9,7 @@ import (
 
 	"github.com/infergate/infergate/internal/testservice"
 	"github.com/infergate/infergate/tier2/tenant"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRedisConfigTLSAuth: the limiter works through a client built from
@@ -49,5 +50,23 @@ func TestRedisConfigTLSAuth(t *testing.T) {
 	}
 	if _, err := (RedisConfig{Addrs: []string{"x:1"}, TLS: RedisTLSConfig{Enabled: true, CertFile: "a"}}).Client(); err == nil {
 		t.Fatal("cert without key accepted")
+	}
+}
+
+// TestRedisConfigClusterReload: a cluster client re-reads its slot map
+// every ClusterStateReload instead of go-redis's 60 s, so calls stop going
+// to a failed master soon after its replica takes over.
+func TestRedisConfigClusterReload(t *testing.T) {
+	rdb, err := RedisConfig{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("client is %T, want *redis.ClusterClient", rdb)
+	}
+	if o := cc.Options(); o.ClusterStateReloadInterval != ClusterStateReload || !o.ContextTimeoutEnabled || o.DialTimeout != time.Second {
+		t.Fatalf("cluster options: reload %v, context timeouts %v, dial %v", o.ClusterStateReloadInterval, o.ContextTimeoutEnabled, o.DialTimeout)
 	}
 }

@@ -347,7 +347,7 @@ func TestRedisDown(t *testing.T) {
 }
 
 // TestHungRedisTimeout: a Redis that accepts connections but never
-// answers costs one request at most Timeout, then none.
+// answers costs FailAfter requests at most Timeout each, then none.
 func TestHungRedisTimeout(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -365,7 +365,7 @@ func TestHungRedisTimeout(t *testing.T) {
 	}()
 	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	l := New(Options{Redis: rdb, Replicas: 2, Timeout: 50 * time.Millisecond, Backoff: time.Hour, MaxBackoff: time.Hour})
+	l := New(Options{Redis: rdb, Replicas: 2, Timeout: 50 * time.Millisecond, FailAfter: 3, Backoff: time.Hour, MaxBackoff: time.Hour})
 	defer l.Close()
 	tn := &tenant.Tenant{ID: "hung", Limits: tenant.Limits{RPM: 100}}
 	var slowest time.Duration
@@ -377,10 +377,10 @@ func TestHungRedisTimeout(t *testing.T) {
 			t.Fatalf("admit %d: %+v %v", i, d, err)
 		}
 	}
-	if got := l.Stats().RedisCalls; got != 1 {
-		t.Fatalf("%d Redis calls; want 1 (then back off)", got)
+	if got := l.Stats().RedisCalls; got != 3 {
+		t.Fatalf("%d Redis calls; want FailAfter = 3 (then back off)", got)
 	}
-	// Generous bound: only the first call may wait, for about Timeout.
+	// Generous bound: only the first calls may wait, for about Timeout.
 	if slowest > time.Second {
 		t.Fatalf("an admission took %v with a 50ms timeout", slowest)
 	}

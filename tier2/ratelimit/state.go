@@ -198,7 +198,7 @@ func (st *tenantState) backgroundDue(l *Limiter, now time.Time) bool {
 	flush := now.Sub(st.lastSync) >= l.opts.FlushInterval
 	for _, r := range st.res {
 		r.expire(now)
-		if flush && (len(r.pendRef) > 0 || r.pendDebt > 0) {
+		if flush && (len(r.pendRef) > 0 || r.pendDebt > 0 || len(r.localUse) > 0) {
 			return true
 		}
 		for _, v := range r.pendBudget {
@@ -224,7 +224,7 @@ func (st *tenantState) idle(now time.Time, after time.Duration) bool {
 		return false
 	}
 	for _, r := range st.res {
-		if len(r.chunks) > 0 || len(r.pendRef) > 0 || r.pendDebt > 0 || r.inUse > 0 || r.held > 0 || r.registered {
+		if len(r.chunks) > 0 || len(r.pendRef) > 0 || r.pendDebt > 0 || len(r.localUse) > 0 || r.inUse > 0 || r.held > 0 || r.registered {
 			return false
 		}
 		for _, v := range r.pendBudget {
@@ -380,7 +380,7 @@ func (l *Limiter) leaseTTL() time.Duration { return l.opts.LeaseTTL }
 // finishPart settles one part of a finished request with its real token
 // count: a slot is freed; tokens estimated but unused go back, tokens used
 // beyond the estimate are charged.
-func (st *tenantState) finishPart(p part, actual int64, local bool, now time.Time) {
+func (st *tenantState) finishPart(p part, actual int64, local bool, now time.Time, win time.Duration) {
 	r := p.r
 	switch r.k {
 	case kConc:
@@ -388,7 +388,12 @@ func (st *tenantState) finishPart(p part, actual int64, local bool, now time.Tim
 	case kTPM:
 		if !local {
 			r.settleTokens(p, actual, now)
+			break
 		}
+		// Admitted locally: the estimate waits to be charged (fallback);
+		// charge the actual count instead. If it has gone out already, an
+		// overestimate stays charged (under-admits, never over).
+		r.addLocal(actual-p.n, now, win)
 	case kBudget:
 		r.settleBudget(p, actual, local, now)
 	}

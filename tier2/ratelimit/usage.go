@@ -156,7 +156,7 @@ func (l *Limiter) value(tenantID string, k kind, scope, period string, nb int64,
 		return &Value{Used: busy, Leased: max(total-busy, 0)}
 	case kRPM, kTPM:
 		if r != nil {
-			notUsed = r.avail(now) - r.pendDebt
+			notUsed = r.avail(now) - r.pendDebt - r.pendingLocal(now, l.win())
 			first := res.Bucket - nb + 1
 			for b, v := range r.pendRef {
 				if b >= first {
