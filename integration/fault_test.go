@@ -382,19 +382,15 @@ func TestFaultRedisClusterFailover(t *testing.T) {
 		old.Addr, nu.Addr, (promoted-killed).Round(time.Millisecond), tmaster.Addr, bound,
 		count(mrecs, answered, 0, killed), count(mrecs, limited, 0, killed),
 		count(mrecs, answered, killed, dur), count(mrecs, limited, killed, dur), failOpenFigures(ps, killed)))
-	// Once the replica has taken over, the limiter should be back on Redis
-	// within its probe backoff. Known bug (docs/reliability.md, "Redis
-	// Cluster failover"): go-redis keeps sending the failed master's slots
-	// to its dead address until its periodic cluster-state reload (60 s),
-	// and the probe's PING, answered by any live node, only makes the
-	// limiter flap. Skipped while that holds, so the check starts to assert
-	// by itself once it is fixed.
+	// Once the replica has taken over, the limiter must be back on Redis
+	// within its probe backoff: it reloads the cluster's slot map on
+	// failures and probes the failed key's own slot (docs/reliability.md,
+	// "Redis Cluster failover", fixed in tier2/ratelimit).
 	t.Run("limiter back on redis", func(t *testing.T) {
 		from := promoted + limiterRecovery
 		d, n := total(ps, from, dur)
 		if d > (dur-from)/4 {
-			t.Skipf("KNOWN BUG: limiter fail-open %v in %d periods of the %v after the failover plus recovery time; "+
-				"go-redis does not reload the cluster slots on connection errors (docs/reliability.md)",
+			t.Errorf("limiter fail-open %v in %d periods of the %v after the failover plus recovery time",
 				d.Round(100*time.Millisecond), n, (dur - from).Round(100*time.Millisecond))
 		}
 	})
