@@ -44,6 +44,9 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(w, "; offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s",
 			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))
 	}
+	if r.Conditions != "" {
+		fmt.Fprintf(w, "; %s", r.Conditions)
+	}
 	fmt.Fprint(w, ".\n\n")
 	fmt.Fprintln(w, "| policy | "+strings.Join(latencyHeaders, " | ")+" | output tok/s | goodput req/s | SLO met | prefix hit | failed | shed | floor p99 ms |")
 	fmt.Fprintln(w, "|---|"+strings.Repeat("--:|", len(latencyHeaders)+7))

@@ -55,6 +55,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		parallel   = fs.Int("parallel", 0, "simulations run at once (default GOMAXPROCS)")
 		list       = fs.Bool("list", false, "list scenarios and exit")
 		maxOutTrce = fs.Int("trace-max-output", 0, "with --trace: clamp output tokens (0 = no clamp)")
+		start      = fs.Duration("start", 0, "with --trace: start the window this far into the trace (after --rate-scale); held-out windows for tuning")
+		realism    = fs.String("realism", "default", "realism knobs: default, off, or a comma-separated list of jitter, spread, stagger, late")
+		inputs     = fs.String("inputs", bench.InputsProduction, "scheduling inputs: production (Tier 1's admission.Prompt on generated request text) or engine (oracle token counts and block hashes)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: infergate bench --scenario NAME [flags]")
@@ -122,9 +125,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("--policies is empty")
 	}
 
+	real, err := bench.ParseRealism(*realism)
+	if err != nil {
+		return err
+	}
+	switch *inputs {
+	case bench.InputsProduction, bench.InputsEngine:
+	default:
+		return fmt.Errorf("unknown --inputs %q (want %s or %s)", *inputs, bench.InputsProduction, bench.InputsEngine)
+	}
 	cmp := bench.Comparison{
 		Policies: pols,
-		Options:  bench.Options{ScrapeInterval: *scrape, MaxQueueWait: *maxWait, RecordLoad: *plots != ""},
+		Options:  bench.Options{ScrapeInterval: *scrape, MaxQueueWait: *maxWait, RecordLoad: *plots != "", Realism: &real, Inputs: *inputs},
 		Parallel: *parallel,
 		Progress: stderr,
 	}
@@ -161,7 +173,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		st, err := trace.Load(*tracePath, trace.Options{RateScale: *rateScale, Duration: *duration, MaxTotalTokens: maxLen, MaxOutputTokens: *maxOutTrce})
+		st, err := trace.Load(*tracePath, trace.Options{RateScale: *rateScale, Start: *start, Duration: *duration, MaxTotalTokens: maxLen, MaxOutputTokens: *maxOutTrce})
 		if err != nil {
 			return err
 		}
@@ -181,6 +193,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rep := report.Summarize(cmp.Setup.Name, cmp.Setup.Fleet.TTFTSLO, names, out.Runs)
 	rep.SetLoad(out.OfferedRPS, out.CapacityRPS, out.EvenSplitUtilisation)
+	rep.Conditions = cmp.Options.Conditions()
 	if *plots != "" {
 		if err := writePlots(*plots, rep); err != nil {
 			return err
