@@ -44,9 +44,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		format     = fs.String("format", "table", "output format: table, json or markdown")
 		jsonOut    = fs.String("json-out", "", "also write the JSON report to this file")
 		targets    = fs.String("targets", "", "print the targets table (Markdown) for these comma-separated JSON reports and exit")
+		glance     = fs.String("glance", "", "print the at-a-glance table (Markdown: P99 TTFT and e2e per policy) for these comma-separated JSON reports and exit")
 		plots      = fs.String("plots", "", "write SVG plots (TTFT CDF, per-pod load) into this directory")
 		tracePath  = fs.String("trace", "", "replay a trace instead of a scenario: Mooncake .jsonl or Azure .csv")
-		traceName  = fs.String("name", "", "with --trace: the run's name in reports and plot file names (default trace:<file name>)")
+		traceName  = fs.String("name", "", "the run's name in reports and plot file names (default: the scenario, or trace:<file name>)")
 		fleetPath  = fs.String("fleet", "", "fleet YAML for --trace (default: 4 H100 + 4 A10G, Llama-3.1-8B)")
 		duration   = fs.Duration("duration", 0, "with --trace: keep arrivals before this (after --rate-scale); with --scenario: override the arrival window")
 		rateScale  = fs.Float64("rate-scale", 1, "multiply the arrival rate (a trace's time is compressed by it)")
@@ -72,14 +73,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *targets != "" {
+	if *targets != "" || *glance != "" {
+		paths := *targets + *glance
+		if *targets != "" && *glance != "" {
+			return errors.New("give one of --targets or --glance")
+		}
 		var reps []report.Report
-		for _, p := range strings.Split(*targets, ",") {
+		for _, p := range strings.Split(paths, ",") {
 			r, err := report.ReadJSON(strings.TrimSpace(p))
 			if err != nil {
 				return err
 			}
 			reps = append(reps, r)
+		}
+		if *glance != "" {
+			return report.WriteGlance(stdout, reps)
 		}
 		return report.WriteTargets(stdout, reps)
 	}
@@ -159,7 +167,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		s = s.ScaleRate(*rateScale)
 		f := s.Fleet
 		f.SetDefaults()
-		cmp.Setup = bench.Setup{Name: s.Name, Fleet: f, Horizon: s.Duration + s.Drain}
+		name := s.Name
+		if *traceName != "" {
+			name = *traceName
+		}
+		cmp.Setup = bench.Setup{Name: name, Fleet: f, Horizon: s.Duration + s.Drain}
 		cmp.Stream = func(seed uint64) (workload.Stream, error) { return s.Stream(seed), nil }
 	} else {
 		f := defaultTraceFleet()
