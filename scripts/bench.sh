@@ -5,7 +5,8 @@
 # commit and the machine. `make bench` runs it after `make build`.
 #
 # Environment:
-#   INFERGATE_TRACES  directory holding the public traces (default ../shared/traces)
+#   INFERGATE_TRACES  directory holding the public traces (default ../shared/traces,
+#                     relative to the main checkout when run in a git worktree)
 #   BENCH_SEEDS       seeds per scenario (default 5)
 #   BENCH_SEEDS_LARGE seeds for scale-1000, ~1 min of CPU per simulation (default 3)
 #   BENCH_OUT         directory for JSON and plots (default docs/bench)
@@ -25,6 +26,13 @@ SEEDS=${BENCH_SEEDS:-5}
 SEEDS_LARGE=${BENCH_SEEDS_LARGE:-3}
 OUT=${BENCH_OUT:-docs/bench}
 TRACES=${INFERGATE_TRACES:-../shared/traces}
+if [ -z "${INFERGATE_TRACES:-}" ] && [ ! -d "$TRACES" ]; then
+	# In a git worktree, ../shared/traces is relative to the main checkout.
+	common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+	if [ -n "$common" ] && [ -d "$(dirname "$common")/../shared/traces" ]; then
+		TRACES=$(cd "$(dirname "$common")/../shared/traces" && pwd)
+	fi
+fi
 POLICIES=round-robin,gie-v1.5,llm-d,infergate
 MD=BENCHMARKS.md
 README=README.md
@@ -42,8 +50,10 @@ fi
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=""
 if [ -n "$(git status --porcelain 2>/dev/null)" ]; then dirty=" (working tree had uncommitted changes)"; fi
-rm -rf "$OUT"
+# Remove only what this script writes: $OUT/loadbench belongs to
+# infergate loadbench.
 mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.svg
 SCENARIOS=${BENCH_SCENARIOS:-$("$BIN" bench --list | awk '{print $1}')}
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)

@@ -274,5 +274,15 @@ func fileSafe(s string) string {
 			return r
 		}
 		return '_'
-	}, strings.TrimSuffix(filepath.Base(s), filepath.Ext(s)))
+	}, trimFileExt(filepath.Base(s)))
+}
+
+// trimFileExt drops a file extension (a profile's .yaml, a trace's .csv)
+// but not the dot of a name like gie-v1.5.
+func trimFileExt(s string) string {
+	switch ext := filepath.Ext(s); ext {
+	case ".yaml", ".yml", ".json", ".jsonl", ".csv":
+		return strings.TrimSuffix(s, ext)
+	}
+	return s
 }
