@@ -30,9 +30,9 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			now := time.Second
-			s.lastScrape = now
 			for _, p := range s.pods {
 				p.last = picker.Metrics{Waiting: tc.Waiting, KVUsage: tc.KV, HasKV: true}
+				p.lastScrape = now
 			}
 			if tc.Ahead {
 				s.queue.Push(tc.AheadPrio, 99)
@@ -44,32 +44,41 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 	}
 }
 
-// With --inputs production the benchmark builds the router's input with
-// admission.Prompt, the function Tier 1's proxy calls on the prompt text
-// (tier1/gateway's TestRouteBuildsInputWithAdmissionPrompt checks the
-// proxy side on the same function).
+// By default (and with InputsProduction) the benchmark builds the
+// router's input from generated request text with admission.Prompt, the
+// function Tier 1's proxy calls on the prompt text (tier1/gateway's
+// TestRouteBuildsInputWithAdmissionPrompt checks the proxy side on the
+// same function); no field comes from the engine. The engine keeps its own
+// token-level block hashes.
 func TestProductionInputsUseAdmissionPrompt(t *testing.T) {
-	text := []byte(`[{"role":"user","content":"` + string(slices.Repeat([]byte("tell me a story "), 40)) + `"}]`)
-	w := &workload.Request{ID: 3, PromptTokens: 7, BlockHashes: []uint64{1, 2}, OutputTokens: 5}
-	got, err := schedInput(w, "llama-3.1-8b", 0, Options{Inputs: InputsProduction,
-		Text: func(*workload.Request) []byte { return text }})
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 1}}}
+	f.SetDefaults()
+	w := workload.Request{ID: 3, PromptTokens: 700, BlockHashes: workload.HashSegments([]workload.Segment{{Key: 5, Tokens: 700}}), OutputTokens: 5}
+	st := workload.Stream{Duration: time.Second, Requests: []workload.Request{w}}
+	for _, opts := range []Options{{}, {Inputs: InputsProduction}} {
+		s, err := newSim(context.Background(), Setup{Name: "t", Fleet: f}, mustPolicy(t, PolicyInfergate), 1, st, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.states[0].preq
+		want := &picker.Request{Model: "llama-3.1-8b"}
+		admission.Prompt(want, "", workload.AppendText(nil, &w))
+		if !slices.Equal(got.BlockHashes, want.BlockHashes) || got.PromptTokens != want.PromptTokens || len(want.BlockHashes) == 0 {
+			t.Fatalf("inputs %q: bench input %d tokens %d hashes, admission.Prompt %d tokens %d hashes", opts.Inputs, got.PromptTokens, len(got.BlockHashes), want.PromptTokens, len(want.BlockHashes))
+		}
+		if slices.Equal(got.BlockHashes, w.BlockHashes[:len(got.BlockHashes)]) {
+			t.Fatal("scheduling input holds the engine's block hashes")
+		}
+	}
+	// The oracle keeps the engine's own counts and every hash.
+	eng, _, err := schedInput(&w, "llama-3.1-8b", 0, Options{Inputs: InputsEngine}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &picker.Request{Model: "llama-3.1-8b"}
-	admission.Prompt(want, "", text)
-	if !slices.Equal(got.BlockHashes, want.BlockHashes) || got.PromptTokens != want.PromptTokens || len(want.BlockHashes) == 0 {
-		t.Fatalf("bench input %d tokens %v, admission.Prompt %d tokens %v", got.PromptTokens, got.BlockHashes, want.PromptTokens, want.BlockHashes)
+	if eng.PromptTokens != 700 || !slices.Equal(eng.BlockHashes, w.BlockHashes) {
+		t.Fatalf("engine inputs: %d tokens %d hashes", eng.PromptTokens, len(eng.BlockHashes))
 	}
-	// The default keeps the engine's own counts (published numbers).
-	eng, err := schedInput(w, "llama-3.1-8b", 0, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if eng.PromptTokens != 7 || !slices.Equal(eng.BlockHashes, []uint64{1, 2}) {
-		t.Fatalf("engine inputs: %d tokens %v", eng.PromptTokens, eng.BlockHashes)
-	}
-	if _, err := schedInput(w, "m", 0, Options{Inputs: InputsProduction}); err == nil {
+	if _, _, err := schedInput(&w, "m", 0, Options{Inputs: InputsProduction}, nil); err == nil {
 		t.Error("production inputs without text accepted")
 	}
 }

@@ -32,10 +32,7 @@ const (
 	DefaultMaxQueueWait   = 2 * time.Second
 	// DefaultCriticalMaxWait is Tier 1's queue.critical_max_wait default.
 	DefaultCriticalMaxWait = 10 * time.Second
-	// promptBlocks caps the hashes the router sees, as Tier 1 hashes at
-	// most prefix.DefaultPromptBlocks blocks of a prompt.
-	promptBlocks = 512
-	loadSamples  = 300
+	loadSamples            = 300
 )
 
 // Options tune a run. The zero value is the documented defaults.
@@ -51,12 +48,20 @@ type Options struct {
 	// as Tier 1's queue.critical_max_wait.
 	CriticalMaxWait time.Duration
 	// Inputs selects how the router's view of a prompt is built:
-	// InputsEngine ("", the default) uses the engine's token count and
-	// block hashes; InputsProduction runs Tier 1's admission.Prompt on the
-	// request's text, which Text must supply.
+	// InputsProduction ("", the default) runs Tier 1's admission.Prompt on
+	// the request's text, as the proxy does, and upstream routers hash the
+	// text their own way (Prompter); InputsEngine hands every policy the
+	// engine's exact token count and all its block hashes (an oracle, kept
+	// to measure what production inputs cost).
 	Inputs string
-	// Text returns a request's prompt text, for InputsProduction.
-	Text func(*workload.Request) []byte
+	// Text appends a request's prompt text (the raw JSON "messages" value)
+	// to dst; nil means workload.AppendText, which turns the stream's token
+	// counts and block hashes into text of that many tokens.
+	Text func(dst []byte, r *workload.Request) []byte
+	// Realism is the run's realism (engine jitter and per-pod variation,
+	// staggered and late scrapes); nil means DefaultRealism(), &Realism{}
+	// turns it off.
+	Realism *Realism
 	// RecordLoad samples per-pod load over time for plots.
 	RecordLoad bool
 	// Replicas splits arrivals over several routers (bench/replicas.go).
@@ -79,6 +84,16 @@ func (o Options) withDefaults() Options {
 	if o.MaxQueueWait <= 0 {
 		o.MaxQueueWait = DefaultMaxQueueWait
 	}
+	if o.Inputs == "" {
+		o.Inputs = InputsProduction
+	}
+	if o.Text == nil {
+		o.Text = workload.AppendText
+	}
+	if o.Realism == nil {
+		r := DefaultRealism()
+		o.Realism = &r
+	}
 	return o
 }
 
@@ -91,9 +106,11 @@ type Setup struct {
 
 // podSim is one simulated pod and what the router last scraped from it.
 type podSim struct {
-	eng  *engine.Engine
-	view *picker.Pod
-	last picker.Metrics
+	eng        *engine.Engine
+	view       *picker.Pod
+	last       picker.Metrics
+	lastScrape time.Duration
+	tick       int64 // scrapes scheduled so far
 }
 
 func (p *podSim) scrape(hasLoRA bool) {
@@ -168,19 +185,22 @@ type sim struct {
 	views   []*picker.Pod
 	tracker *picker.Tracker
 	sched   *picker.Scheduler
+	router  Router // an upstream picker's per-run state, or nil
+	rreq    picker.Request
+	text    []byte // reused text buffer
 	rng     *rand.Rand
+	seed    uint64
 	result  picker.Result
 
-	states     []reqState
-	queue      admission.Queue[int] // request indices waiting in the router
-	lastScrape time.Duration
-	finished   int
-	lastDone   time.Duration
-	tick       int
-	loadEvery  int
-	err        error
-	out        report.Run
-	rep        *replicaSet // several routers (bench/replicas.go), else nil
+	states    []reqState
+	queue     admission.Queue[int] // request indices waiting in the router
+	finished  int
+	lastDone  time.Duration
+	ticks     int
+	loadEvery int
+	err       error
+	out       report.Run
+	rep       *replicaSet // several routers (bench/replicas.go), else nil
 }
 
 func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream workload.Stream, opts Options) (*sim, error) {
@@ -195,6 +215,10 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 		views:   make([]*picker.Pod, 0, f.Size()),
 		tracker: picker.NewTracker(picker.TrackerOptions{}),
 		rng:     rand.New(rand.NewPCG(seed, 0x5eed)),
+		seed:    seed,
+	}
+	if pol.NewRouter != nil && pol.Profile == nil {
+		s.router = pol.NewRouter()
 	}
 	for _, g := range f.Pods {
 		cfg, err := engineConfig(f, g)
@@ -202,7 +226,7 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 		for range g.Count {
-			e, err := engine.New(cfg)
+			e, err := engine.New(opts.Realism.Engine.Apply(cfg, seed, len(s.pods)))
 			if err != nil {
 				return nil, fmt.Errorf("fleet: pod %d (%s): %w", len(s.pods), g.GPU, err)
 			}
@@ -232,9 +256,11 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 		}
 	}
 	s.states = make([]reqState, len(stream.Requests))
+	var err error
 	for i := range stream.Requests {
 		w := &stream.Requests[i]
-		pr, err := schedInput(w, f.Model, s.slo, opts)
+		var pr *picker.Request
+		pr, s.text, err = schedInput(w, f.Model, s.slo, opts, s.text)
 		if err != nil {
 			return nil, err
 		}
@@ -247,11 +273,13 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 	return s, nil
 }
 
-// schedInput is the picker.Request the router builds for w. The prompt
-// part is the engine's own token count and block hashes (InputsEngine),
-// or, with InputsProduction, what Tier 1 computes from the request text
-// (admission.Prompt, the function the proxy calls).
-func schedInput(w *workload.Request, model string, slo time.Duration, opts Options) (*picker.Request, error) {
+// schedInput is the picker.Request the router builds for w. By default
+// (InputsProduction) the prompt part is what Tier 1's proxy computes from
+// the request text, by the same function (admission.Prompt): the estimated
+// token count and the prefix hashes of the text. InputsEngine is the
+// oracle: the engine's exact token count and all its block hashes. buf is
+// a reusable text buffer, returned grown.
+func schedInput(w *workload.Request, model string, slo time.Duration, opts Options, buf []byte) (*picker.Request, []byte, error) {
 	pr := &picker.Request{
 		ID:        strconv.FormatUint(w.ID, 10),
 		Model:     model,
@@ -269,28 +297,45 @@ func schedInput(w *workload.Request, model string, slo time.Duration, opts Optio
 		pr.Priority = -1 // Tier 1's policy: sheddable is below standard
 	}
 	switch opts.Inputs {
-	case InputsEngine, "":
-		bh := w.BlockHashes
-		if len(bh) > promptBlocks {
-			bh = bh[:promptBlocks]
-		}
-		pr.PromptTokens, pr.BlockHashes = w.PromptTokens, bh
-	case InputsProduction:
+	case InputsEngine:
+		pr.PromptTokens, pr.BlockHashes = w.PromptTokens, w.BlockHashes
+	case InputsProduction, "":
 		if opts.Text == nil {
-			return nil, errors.New("inputs production: no request text (Options.Text is nil)")
+			return nil, buf, errors.New("inputs production: no request text (Options.Text is nil)")
 		}
-		admission.Prompt(pr, "", opts.Text(w))
+		buf = opts.Text(buf[:0], w)
+		admission.Prompt(pr, "", buf)
 	default:
-		return nil, fmt.Errorf("unknown inputs %q: want %s or %s", opts.Inputs, InputsEngine, InputsProduction)
+		return nil, buf, fmt.Errorf("unknown inputs %q: want %s or %s", opts.Inputs, InputsEngine, InputsProduction)
 	}
-	return pr, nil
+	return pr, buf, nil
+}
+
+// routerInput is what an upstream Router sees of request i: with
+// production inputs, the router's own hashing of the request text when it
+// has one (Prompter: GIE's 64-character blocks), else Tier 1's input.
+func (s *sim) routerInput(i int) *picker.Request {
+	st := &s.states[i]
+	p, ok := s.router.(Prompter)
+	if !ok || s.opts.Inputs == InputsEngine {
+		return st.preq
+	}
+	hashes := s.rreq.BlockHashes
+	s.rreq = *st.preq
+	s.rreq.BlockHashes = hashes
+	s.text = s.opts.Text(s.text[:0], st.w)
+	p.Prompt(&s.rreq, s.text)
+	return &s.rreq
 }
 
 func (s *sim) run() (report.Run, error) {
 	for i := range s.states {
 		s.loop.At(s.states[i].w.Arrival, func(now time.Duration) { s.arrive(now, i) })
 	}
-	s.loop.At(0, s.scrapeTick)
+	for k := range s.pods {
+		s.scheduleScrape(k)
+	}
+	s.loop.At(0, s.tick)
 	horizon := s.setup.Horizon
 	if horizon <= 0 {
 		horizon = s.stream.Duration + 10*time.Minute
@@ -326,7 +371,7 @@ func (s *sim) run() (report.Run, error) {
 func (s *sim) refresh(now time.Duration) {
 	for _, p := range s.pods {
 		p.view.Metrics = p.last
-		p.view.MetricsAge = now - s.lastScrape
+		p.view.MetricsAge = now - p.lastScrape
 	}
 	s.tracker.Apply(s.views)
 }
@@ -358,6 +403,20 @@ func (s *sim) arrive(now time.Duration, i int) {
 		return
 	}
 	s.useRouterOf(i)
+	if s.router != nil {
+		// An upstream picker: its legacy admission sheds a sheddable
+		// request when the pool is saturated; anything else is dispatched
+		// at once (no router queue).
+		s.refresh(now)
+		req := s.routerInput(i)
+		if a, ok := s.router.(Admitter); ok && !a.Admit(req, s.views) {
+			s.out.Shed++
+			s.finish(now)
+			return
+		}
+		s.dispatchTo(now, i, s.router.Pick(s.rng, req, s.views))
+		return
+	}
 	if s.sched == nil {
 		s.refresh(now)
 		s.dispatchTo(now, i, s.pol.pick(s.rng, s.states[i].preq, s.views))
@@ -487,9 +546,17 @@ func (s *sim) record(arrival, at time.Duration, res engine.Result) {
 	}
 }
 
-// scrapeTick scrapes every pod, samples load and retries the router's
-// queue, then schedules itself again while requests remain.
-func (s *sim) scrapeTick(now time.Duration) {
+// scheduleScrape schedules pod k's next scrape, at the time the run's
+// Realism gives it (staggered phases, late scrapes), while requests remain.
+func (s *sim) scheduleScrape(k int) {
+	p := s.pods[k]
+	at := s.opts.Realism.ScrapeAt(s.seed, k, p.tick, s.opts.ScrapeInterval)
+	p.tick++
+	s.loop.At(at, func(now time.Duration) { s.scrape(now, k) })
+}
+
+// scrape reads pod k's metrics, then schedules the pod's next scrape.
+func (s *sim) scrape(now time.Duration, k int) {
 	if s.err != nil {
 		return
 	}
@@ -497,11 +564,22 @@ func (s *sim) scrapeTick(now time.Duration) {
 		s.err = err
 		return
 	}
-	for _, p := range s.pods {
-		p.scrape(s.hasLoRA)
+	p := s.pods[k]
+	p.scrape(s.hasLoRA)
+	p.lastScrape = now
+	if s.finished < len(s.states) {
+		s.scheduleScrape(k)
 	}
-	s.lastScrape = now
-	if s.out.Load != nil && s.tick%s.loadEvery == 0 {
+}
+
+// tick is the fleet-wide scrape interval: it retries the router's queue
+// (Tier 1 wakes its queue once per scrape round) and samples per-pod load
+// as last scraped.
+func (s *sim) tick(now time.Duration) {
+	if s.err != nil {
+		return
+	}
+	if s.out.Load != nil && s.ticks%s.loadEvery == 0 {
 		vals := make([]int, len(s.pods))
 		for k, p := range s.pods {
 			vals[k] = p.last.Waiting + p.last.Running
@@ -509,10 +587,10 @@ func (s *sim) scrapeTick(now time.Duration) {
 		s.out.Load.Times = append(s.out.Load.Times, now)
 		s.out.Load.Values = append(s.out.Load.Values, vals)
 	}
-	s.tick++
+	s.ticks++
 	s.drainQueues(now)
 	if s.finished < len(s.states) {
-		s.loop.At(now+s.opts.ScrapeInterval, s.scrapeTick)
+		s.loop.At(now+s.opts.ScrapeInterval, s.tick)
 	}
 }
 

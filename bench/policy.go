@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"strings"
-	"sync"
-	"weak"
 
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/picker"
@@ -28,39 +25,9 @@ type Policy struct {
 	Queue bool
 	// NewRouter, when set (and Profile is nil), builds the per-run Router
 	// of a policy that keeps state across a run: the upstream endpoint
-	// pickers (gie-v1.5, llm-d), whose prefix index is their own. A harness
-	// calls it once per run; pick falls back to one Router per run's
-	// random source for a harness that does not.
+	// pickers (gie-v1.5, llm-d), whose prefix index is their own. Run calls
+	// it once per run.
 	NewRouter func() Router
-	routers   *routerCache
-}
-
-// routerCache keeps one Router per run, keyed weakly by the run's random
-// source (which Run creates per run), so concurrent runs of one Policy do
-// not share a prefix index and finished runs' routers are collected.
-type routerCache struct {
-	mu sync.Mutex
-	m  map[weak.Pointer[rand.Rand]]Router
-}
-
-func (c *routerCache) get(r *rand.Rand, build func() Router) Router {
-	k := weak.Make(r)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rt, ok := c.m[k]; ok {
-		return rt
-	}
-	if c.m == nil {
-		c.m = map[weak.Pointer[rand.Rand]]Router{}
-	}
-	rt := build()
-	c.m[k] = rt
-	runtime.AddCleanup(r, func(k weak.Pointer[rand.Rand]) {
-		c.mu.Lock()
-		delete(c.m, k)
-		c.mu.Unlock()
-	}, k)
-	return rt
 }
 
 // Built-in policy names.
@@ -126,21 +93,13 @@ func ParsePolicy(name string) (Policy, error) {
 // upstreamPolicy runs an upstream endpoint picker's default profile: no
 // Tier 1 profile, no router queue (dispatch at once).
 func upstreamPolicy(name string, cfg EPPConfig) Policy {
-	return Policy{Name: name, NewRouter: func() Router { return NewEPPRouter(cfg) }, routers: &routerCache{}}
+	return Policy{Name: name, NewRouter: func() Router { return NewEPPRouter(cfg) }}
 }
 
-// pick chooses a pod for policies that are not picker profiles: a
-// Router's choice when the policy has one, else least-request, the pod
-// with the fewest router-side in-flight requests (Envoy's LEAST_REQUEST
-// with full scan), ties at random.
+// pick chooses a pod for least-request: the pod with the fewest
+// router-side in-flight requests (Envoy's LEAST_REQUEST with full scan),
+// ties at random.
 func (p Policy) pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) int {
-	if p.NewRouter != nil {
-		c := p.routers
-		if c == nil {
-			c = &routerCache{} // a Policy literal: state lives for this call only
-		}
-		return c.get(r, p.NewRouter).Pick(r, req, pods)
-	}
 	best, ties := -1, 0
 	for i, v := range pods {
 		switch {

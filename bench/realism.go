@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/infergate/infergate/sim/engine"
@@ -58,4 +60,72 @@ func unitHash(seed, a, b uint64) float64 {
 	}
 	h.Write(buf[:])
 	return float64(h.Sum64()>>11) / (1 << 53)
+}
+
+// Realism knob names for ParseRealism.
+const (
+	KnobJitter  = "jitter"  // engine step jitter
+	KnobSpread  = "spread"  // per-pod speed variation
+	KnobStagger = "stagger" // staggered scrape phases
+	KnobLate    = "late"    // late scrapes
+)
+
+// ParseRealism reads a realism setting: "default" (or ""), "off", or a
+// comma-separated list of the knobs to turn on at their default strength
+// (jitter, spread, stagger, late).
+func ParseRealism(s string) (Realism, error) {
+	switch strings.TrimSpace(s) {
+	case "", "default", "on":
+		return DefaultRealism(), nil
+	case "off", "none":
+		return Realism{}, nil
+	}
+	d, r := DefaultRealism(), Realism{}
+	for _, k := range strings.Split(s, ",") {
+		switch strings.TrimSpace(k) {
+		case KnobJitter:
+			r.Engine.StepJitter = d.Engine.StepJitter
+		case KnobSpread:
+			r.Engine.PodSpread = d.Engine.PodSpread
+		case KnobStagger:
+			r.ScrapeStagger = true
+		case KnobLate:
+			r.LateScrape = d.LateScrape
+		default:
+			return Realism{}, fmt.Errorf("unknown realism knob %q: want default, off or a list of %s, %s, %s, %s", k, KnobJitter, KnobSpread, KnobStagger, KnobLate)
+		}
+	}
+	return r, nil
+}
+
+// String describes r for reports.
+func (r Realism) String() string {
+	var on []string
+	if r.Engine.StepJitter > 0 {
+		on = append(on, fmt.Sprintf("step jitter σ %g%%", 100*r.Engine.StepJitter))
+	}
+	if r.Engine.PodSpread > 0 {
+		on = append(on, fmt.Sprintf("pods ±%g%%", 100*r.Engine.PodSpread))
+	}
+	if r.ScrapeStagger {
+		on = append(on, "staggered scrapes")
+	}
+	if r.LateScrape > 0 {
+		on = append(on, fmt.Sprintf("%g%% late scrapes", 100*r.LateScrape))
+	}
+	if len(on) == 0 {
+		return "realism off"
+	}
+	return "realism: " + strings.Join(on, ", ")
+}
+
+// Conditions describes what a run with o is measured under: realism and
+// scheduling inputs.
+func (o Options) Conditions() string {
+	o = o.withDefaults()
+	in := "production inputs (admission.Prompt on generated text)"
+	if o.Inputs == InputsEngine {
+		in = "engine inputs (oracle token counts and block hashes)"
+	}
+	return o.Realism.String() + "; " + in
 }

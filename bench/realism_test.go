@@ -3,6 +3,8 @@ package bench
 import (
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/sim/engine"
 )
 
 func TestRealismScrapeAt(t *testing.T) {
@@ -43,5 +45,30 @@ func TestRealismScrapeAt(t *testing.T) {
 	var off Realism
 	if off.ScrapeAt(7, 3, 4, every) != 4*every {
 		t.Error("zero Realism must scrape on the fleet-wide tick")
+	}
+}
+
+func TestParseRealism(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Realism
+	}{
+		{"", DefaultRealism()},
+		{"default", DefaultRealism()},
+		{"off", Realism{}},
+		{"jitter", Realism{Engine: engine.Variation{StepJitter: 0.03}}},
+		{"spread,late", Realism{Engine: engine.Variation{PodSpread: 0.03}, LateScrape: 0.02}},
+		{"stagger", Realism{ScrapeStagger: true}},
+	} {
+		got, err := ParseRealism(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseRealism(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := ParseRealism("jitter,wobble"); err == nil {
+		t.Error("unknown knob accepted")
+	}
+	if got := (Options{}).Conditions(); got != "realism: step jitter σ 3%, pods ±3%, staggered scrapes, 2% late scrapes; production inputs (admission.Prompt on generated text)" {
+		t.Errorf("default conditions %q", got)
 	}
 }

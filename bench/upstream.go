@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/prefix"
 )
 
 // EPPConfig is the default scheduling profile of an upstream endpoint
@@ -67,6 +68,15 @@ type Admitter interface {
 	Admit(req *picker.Request, pods []*picker.Pod) bool
 }
 
+// Prompter is implemented by routers that compute their own view of a
+// prompt from the request text, as upstream endpoint pickers do (GIE and
+// llm-d hash 64-byte blocks of it and never see Tier 1's estimate). Prompt
+// sets req's PromptTokens and BlockHashes from text, reusing
+// req.BlockHashes' storage.
+type Prompter interface {
+	Prompt(req *picker.Request, text []byte)
+}
+
 // NewEPPRouter returns a per-run router for cfg.
 func NewEPPRouter(cfg EPPConfig) Router {
 	return &eppRouter{cfg: cfg, idx: newPrefixIndex()}
@@ -107,6 +117,19 @@ func (e *eppRouter) saturation(pods []*picker.Pod) float64 {
 		sum += max(q, kv)
 	}
 	return sum / float64(len(pods))
+}
+
+// blockBytes is the upstream prefix block in bytes of request text:
+// blockSizeTokens 16 × 4 characters per token (GIE's hashing.go; llm-d's
+// estimate tokenizer gives the same 64 bytes).
+const blockBytes = 64
+
+// Prompt hashes text as the upstream approximate-prefix producer does:
+// chained hashes of full 64-byte blocks, seeded by the model name, up to
+// the window of MaxPrefixBlocks; 4 bytes a token for the length.
+func (e *eppRouter) Prompt(req *picker.Request, text []byte) {
+	req.BlockHashes = prefix.Hash(req.Model, text, blockBytes, e.cfg.MaxPrefixBlocks, req.BlockHashes[:0])
+	req.PromptTokens = max(1, len(text)/4)
 }
 
 func (e *eppRouter) Pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) int {

@@ -1,11 +1,16 @@
 package bench
 
 import (
+	"context"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/bench/workload"
 	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/prefix"
 )
 
 func eppPods(n int) []*picker.Pod {
@@ -107,18 +112,61 @@ func TestEPPAdmit(t *testing.T) {
 	}
 }
 
-// TestUpstreamPolicyPerRun: two runs of one Policy (two random sources)
-// must not share a prefix index; one run keeps its own across calls.
+// TestUpstreamPolicyPerRun: each run builds its own router (two runs of
+// one Policy never share a prefix index), and the router sees the request
+// text hashed its own way: 64-byte blocks, up to its window.
 func TestUpstreamPolicyPerRun(t *testing.T) {
 	p, err := ParsePolicy(PolicyGIEv15)
 	if err != nil || p.Profile != nil || p.Queue || p.NewRouter == nil {
 		t.Fatalf("ParsePolicy(gie-v1.5) = %+v, %v", p, err)
 	}
-	r1, r2 := rand.New(rand.NewPCG(1, 1)), rand.New(rand.NewPCG(2, 2))
-	if p.routers.get(r1, p.NewRouter) == p.routers.get(r2, p.NewRouter) {
-		t.Error("two runs share one router")
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 2}}}
+	f.SetDefaults()
+	w := workload.Request{ID: 1, PromptTokens: 9000, OutputTokens: 10}
+	st := workload.Stream{Duration: time.Second, Requests: []workload.Request{w}}
+	s1, err := newSim(context.Background(), Setup{Name: "t", Fleet: f}, p, 1, st, Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if p.routers.get(r1, p.NewRouter) != p.routers.get(r1, p.NewRouter) {
-		t.Error("one run got two routers")
+	s2, err := newSim(context.Background(), Setup{Name: "t", Fleet: f}, p, 1, st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1.router == nil || s1.router == s2.router {
+		t.Fatal("runs must each build their own router")
+	}
+	got := s1.routerInput(0)
+	text := workload.AppendText(nil, &w)
+	want := prefix.Hash("llama-3.1-8b", text, 64, 256, nil)
+	if !slices.Equal(got.BlockHashes, want) || len(want) != 256 {
+		t.Errorf("router input: %d hashes, want GIE's first 256 64-byte blocks of the text", len(got.BlockHashes))
+	}
+	if got.PromptTokens != len(text)/4 {
+		t.Errorf("router prompt tokens %d, want %d", got.PromptTokens, len(text)/4)
+	}
+}
+
+// The harness calls the upstream router's legacy admission: under
+// overload gie-v1.5 sheds sheddable requests, and only those.
+func TestUpstreamAdmissionSheds(t *testing.T) {
+	sc, err := scenario.Get("priority-mix-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := sc.Stream(1)
+	st.Requests = slices.DeleteFunc(st.Requests, func(r workload.Request) bool { return r.Arrival > 40*time.Second })
+	st.Duration = 40 * time.Second
+	shed := 0
+	for _, r := range st.Requests {
+		if r.Sheddable || r.Priority < 0 {
+			shed++
+		}
+	}
+	run, err := Run(context.Background(), Setup{Name: sc.Name, Fleet: sc.Fleet}, mustPolicy(t, PolicyGIEv15), 1, st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Shed == 0 || run.Shed > shed {
+		t.Errorf("gie-v1.5 shed %d requests; %d are sheddable", run.Shed, shed)
 	}
 }

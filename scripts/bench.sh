@@ -5,11 +5,19 @@
 # commit and the machine. `make bench` runs it after `make build`.
 #
 # Environment:
-#   INFERGATE_TRACES  directory holding the public traces (default ../shared/traces)
+#   INFERGATE_TRACES  directory holding the public traces (default ../shared/traces,
+#                     relative to the main checkout when run in a git worktree)
 #   BENCH_SEEDS       seeds per scenario (default 5)
 #   BENCH_SEEDS_LARGE seeds for scale-1000, ~1 min of CPU per simulation (default 3)
 #   BENCH_OUT         directory for JSON and plots (default docs/bench)
 #   BENCH_SCENARIOS   space-separated subset of scenarios (default all)
+#   BENCH_SENSITIVITY 0 skips the realism sensitivity table (docs/benchmarks.md)
+#
+# Published vs tuning data: the published run uses scenario seeds 1-5, the
+# Azure code trace's first 30 minutes and the Mooncake trace's first 10
+# minutes. Tune on seeds 101-110 (--seed-base 101), the Azure trace from
+# minute 30 (--start 30m) and Mooncake minutes 10-30 (--start 10m
+# --duration 10m); never on the published ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,10 +26,20 @@ SEEDS=${BENCH_SEEDS:-5}
 SEEDS_LARGE=${BENCH_SEEDS_LARGE:-3}
 OUT=${BENCH_OUT:-docs/bench}
 TRACES=${INFERGATE_TRACES:-../shared/traces}
+if [ -z "${INFERGATE_TRACES:-}" ] && [ ! -d "$TRACES" ]; then
+	# In a git worktree, ../shared/traces is relative to the main checkout.
+	common=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+	if [ -n "$common" ] && [ -d "$(dirname "$common")/../shared/traces" ]; then
+		TRACES=$(cd "$(dirname "$common")/../shared/traces" && pwd)
+	fi
+fi
 POLICIES=round-robin,gie-v1.5,llm-d,infergate
 MD=BENCHMARKS.md
+README=README.md
+DOC=docs/benchmarks.md
+HOMO=bench/fleets/h100x8-llama8b.yaml
 TMP=$(mktemp "${TMPDIR:-/tmp}/benchmarks.XXXXXX")
-trap 'rm -f "$TMP"' EXIT
+trap 'rm -f "$TMP" "$TMP.glance" "$TMP.readme" "$TMP.sens"' EXIT
 
 if [ ! -x "$BIN" ]; then
 	echo "bench.sh: $BIN not found; run make build (or make bench)" >&2
@@ -32,8 +50,10 @@ fi
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=""
 if [ -n "$(git status --porcelain 2>/dev/null)" ]; then dirty=" (working tree had uncommitted changes)"; fi
-rm -rf "$OUT"
+# Remove only what this script writes: $OUT/loadbench belongs to
+# infergate loadbench.
 mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.svg
 SCENARIOS=${BENCH_SCENARIOS:-$("$BIN" bench --list | awk '{print $1}')}
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -72,23 +92,77 @@ for s in $SCENARIOS; do
 	section "$s" "$OUT/$s.json" "$BIN" bench --scenario "$s" --policies "$POLICIES" --seeds "$n" --plots "$OUT"
 done
 
+# Each public trace on the mixed fleet (4 H100 + 4 A10G, the default) and
+# on the homogeneous one (8 H100).
 trace_sections=0
-if [ -f "$TRACES/azure_llm_code_2023.csv" ]; then
-	section "trace: Azure LLM code 2023 (full hour, 4 H100 + 4 A10G)" "$OUT/trace-code.json" \
-		"$BIN" bench --trace "$TRACES/azure_llm_code_2023.csv" --name trace-code --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
+trace() { # file, name, title, extra args...
+	local file=$1 name=$2 title=$3
+	shift 3
+	if [ ! -f "$TRACES/$file" ]; then
+		echo "bench.sh: $TRACES/$file absent, skipping" >&2
+		return
+	fi
+	section "trace: $title, 4 H100 + 4 A10G" "$OUT/$name-mixed.json" \
+		"$BIN" bench --trace "$TRACES/$file" --name "$name-mixed" "$@" --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
+	section "trace: $title, 8 H100" "$OUT/$name-h100x8.json" \
+		"$BIN" bench --trace "$TRACES/$file" --name "$name-h100x8" --fleet "$HOMO" "$@" --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
 	trace_sections=$((trace_sections + 1))
-else
-	echo "bench.sh: $TRACES/azure_llm_code_2023.csv absent, skipping" >&2
-fi
-if [ -f "$TRACES/mooncake_conversation.jsonl" ]; then
-	section "trace: Mooncake conversation (first 10 min, 8 H100)" "$OUT/trace-conversation.json" \
-		"$BIN" bench --trace "$TRACES/mooncake_conversation.jsonl" --name trace-conversation --fleet bench/fleets/h100x8-llama8b.yaml --duration 10m --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
-	trace_sections=$((trace_sections + 1))
-else
-	echo "bench.sh: $TRACES/mooncake_conversation.jsonl absent, skipping" >&2
+}
+trace azure_llm_code_2023.csv trace-code "Azure LLM code 2023 (first 30 min)" --duration 30m
+trace mooncake_conversation.jsonl trace-conversation "Mooncake conversation (first 10 min)" --duration 10m
+
+# replace_between FILE NAME CONTENT-FILE: replaces the lines between
+# <!-- bench:NAME:start --> and <!-- bench:NAME:end --> in FILE.
+replace_between() {
+	local file=$1 name=$2 content=$3 out
+	out=$(mktemp "${TMPDIR:-/tmp}/bench-replace.XXXXXX")
+	awk -v s="<!-- bench:$name:start -->" -v e="<!-- bench:$name:end -->" -v f="$content" '
+		$0 == s { print; while ((getline line < f) > 0) print line; skip = 1; next }
+		$0 == e { skip = 0 }
+		!skip { print }' "$file" >"$out"
+	cat "$out" >"$file"
+	rm -f "$out"
+}
+
+if [ "${BENCH_SENSITIVITY:-1}" != 0 ]; then
+	# How each realism knob and the production inputs move each policy.
+	echo "bench.sh: sensitivity" >&2
+	sens=()
+	for s in mixed-gpu-8b shared-prefix-8b bursty-70b; do
+		for knob in off jitter spread stagger late default engine-inputs; do
+			args=(--realism "$knob")
+			if [ "$knob" = engine-inputs ]; then args=(--realism default --inputs engine); fi
+			j="$OUT/sensitivity-$s-$knob.json"
+			"$BIN" bench --scenario "$s" --name "$s · $knob" "${args[@]}" --policies "$POLICIES" --seeds 3 --json-out "$j" >/dev/null
+			sens+=("$j")
+		done
+	done
+	{
+		echo
+		echo "Generated by \`make bench\` at \`$commit\`$dirty: seeds 1–3, means over seeds, ms. \`off\` is no realism;"
+		echo "a knob name is that knob alone at its default strength; \`default\` is all four (the published"
+		echo "setting); \`engine-inputs\` is \`default\` with the oracle inputs (\`--inputs engine\`) instead of"
+		echo "production inputs. Every other row runs production inputs."
+		echo
+		"$BIN" bench --glance "$(IFS=,; echo "${sens[*]}")"
+		echo
+	} >"$TMP.sens"
+	replace_between "$DOC" sensitivity "$TMP.sens"
+	rm -f "$TMP.sens"
 fi
 
 joined=$(IFS=,; echo "${reports[*]}")
+"$BIN" bench --glance "$joined" >"$TMP.glance"
+{
+	echo
+	echo "Generated by \`make bench\` at \`$commit\`$dirty ($SEEDS seeds; realism on; production inputs). P99 TTFT and"
+	echo "P99 end-to-end latency in ms, means over seeds; full tables with 95% confidence intervals, the no-queue"
+	echo "floor and the exact commands in [BENCHMARKS.md](BENCHMARKS.md)."
+	echo
+	cat "$TMP.glance"
+	echo
+} >"$TMP.readme"
+replace_between "$README" glance "$TMP.readme"
 {
 	echo "# infergate routing benchmarks"
 	echo
@@ -101,7 +175,18 @@ joined=$(IFS=,; echo "${reports[*]}")
 	echo "- Machine: $(uname -srm), ${cpu:-unknown CPU}, $(nproc) CPUs, $(go version 2>/dev/null | awk '{print $3}' || echo 'go ?')"
 	echo "- Seeds: $SEEDS per scenario ($SEEDS_LARGE for scale-1000); figures are means over seeds ± the 95% CI half-width (Student t)."
 	echo "  A trace is one fixed stream: its seeds vary only the policies' tie-breaks."
-	echo "- Traces: $trace_sections of 2 found under \`$TRACES\`."
+	echo "- Traces: $trace_sections of 2 found under \`$TRACES\`, each replayed on the mixed fleet and on 8 H100."
+	echo "- Conditions: realism on (engine step jitter σ 3%, pods ±3%, staggered scrapes, 2% late scrapes) and"
+	echo "  production scheduling inputs: every policy sees only what Tier 1 computes from the request text"
+	echo "  (generated from each request's token counts and shared prefixes); see [docs/benchmarks.md](docs/benchmarks.md#realism-knobs)."
+	echo "- Published data: scenario seeds 1–$SEEDS, the Azure trace's first 30 minutes, the Mooncake trace's first 10"
+	echo "  minutes. Tuning uses other seeds (101–110) and other windows (Azure from minute 30, Mooncake minutes 10–30)."
+	echo
+	echo "## At a glance"
+	echo
+	echo "P99 TTFT and P99 end-to-end latency per policy (means over seeds, ms); full tables below."
+	echo
+	cat "$TMP.glance"
 	echo
 	echo "## Targets"
 	echo
@@ -114,4 +199,4 @@ joined=$(IFS=,; echo "${reports[*]}")
 	echo "## Results"
 	cat "$TMP"
 } >"$MD"
-echo "bench.sh: wrote $MD and $OUT/ in $(($(date +%s) - t0)) s" >&2
+echo "bench.sh: wrote $MD, $OUT/, the glance table in $README and the sensitivity table in $DOC in $(($(date +%s) - t0)) s" >&2

@@ -119,8 +119,11 @@ type Report struct {
 	Utilisation Num `json:"utilisation"`
 	// EvenSplitUtilisation is the busiest pod type's utilisation under an
 	// even split of requests (round-robin's), > 1 meaning overload.
-	EvenSplitUtilisation Num      `json:"even_split_utilisation"`
-	Policies             []Policy `json:"policies"`
+	EvenSplitUtilisation Num `json:"even_split_utilisation"`
+	// Conditions names the run's realism knobs and scheduling inputs, so a
+	// report says what it was measured under.
+	Conditions string   `json:"conditions,omitempty"`
+	Policies   []Policy `json:"policies"`
 }
 
 // Summarize aggregates runs (any order) into a Report, keeping policies in
@@ -269,6 +272,9 @@ func (r Report) WriteTable(w io.Writer) error {
 	if r.CapacityRPS > 0 {
 		fmt.Fprintf(w, "offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s\n",
 			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))
+	}
+	if r.Conditions != "" {
+		fmt.Fprintf(w, "conditions: %s\n", r.Conditions)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -300,3 +300,27 @@ func TestHeadlineColumns(t *testing.T) {
 		t.Errorf("row cells: %s", row)
 	}
 }
+
+func TestWriteGlance(t *testing.T) {
+	pol := func(n string, ttft, e2e float64) Policy {
+		return Policy{Name: n, TTFT: Quantiles{P99: Num(ttft)}, E2E: Quantiles{P99: Num(e2e)}}
+	}
+	reps := []Report{
+		{Scenario: "a", Policies: []Policy{pol("round-robin", 1000, 9000), pol("gie-v1.5", 400, 5000), pol("infergate", 200, 6000)}},
+		{Scenario: "b", Policies: []Policy{pol("round-robin", 100, 900)}},
+	}
+	var b strings.Builder
+	if err := WriteGlance(&b, reps); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"P99 TTFT ms (round-robin / gie-v1.5 / infergate)",
+		"| a | 1000 / 400 / 200 | 9000 / 5000 / 6000 | 0.50× / 1.20× |",
+		"| b | 100 / — / — | 900 / — / — | — |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}

@@ -38,7 +38,12 @@ type Options struct {
 	// RateScale multiplies the arrival rate (timestamps are divided by it);
 	// 0 means 1.
 	RateScale float64
-	// Duration keeps only arrivals before it (after scaling); 0 keeps all.
+	// Start drops arrivals before it (after scaling) and makes it time 0:
+	// a window of the trace, so tuning can use windows that are never
+	// published. 0 starts at the first request.
+	Start time.Duration
+	// Duration keeps only arrivals before Start+Duration (after scaling);
+	// 0 keeps all.
 	Duration time.Duration
 	// MaxTotalTokens clamps prompt plus output (keeping the prompt's
 	// leading blocks) so every request fits the fleet's smallest context:
@@ -237,7 +242,10 @@ func finish(reqs []workload.Request, opts Options) (workload.Stream, error) {
 	}
 	out := reqs[:0]
 	for _, r := range reqs {
-		r.Arrival = time.Duration(float64(r.Arrival-t0) / scale)
+		r.Arrival = time.Duration(float64(r.Arrival-t0)/scale) - opts.Start
+		if r.Arrival < 0 {
+			continue
+		}
 		if opts.Duration > 0 && r.Arrival >= opts.Duration {
 			break
 		}
@@ -260,6 +268,9 @@ func finish(reqs []workload.Request, opts Options) (workload.Stream, error) {
 		}
 		r.ID = uint64(len(out))
 		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return workload.Stream{}, fmt.Errorf("trace has no requests after %v", opts.Start)
 	}
 	dur := opts.Duration
 	if last := out[len(out)-1].Arrival; dur == 0 || dur > last+time.Second {

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -157,5 +158,26 @@ func TestRealTraces(t *testing.T) {
 				t.Errorf("shared first block = %v, want %v", shared, tt.shared)
 			}
 		})
+	}
+}
+
+func TestLoadWindow(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "w.csv")
+	csv := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+	for i := range 10 {
+		csv += fmt.Sprintf("2023-11-16 18:15:%02d.000000,100,10\n", i)
+	}
+	if err := os.WriteFile(p, []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Load(p, Options{Start: 3 * time.Second, Duration: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Requests) != 4 || st.Requests[0].Arrival != 0 || st.Requests[3].Arrival != 3*time.Second {
+		t.Fatalf("window [3s, 7s): %d requests, first at %v", len(st.Requests), st.Requests[0].Arrival)
+	}
+	if _, err := Load(p, Options{Start: time.Minute}); err == nil {
+		t.Error("an empty window loaded")
 	}
 }

@@ -44,9 +44,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		format     = fs.String("format", "table", "output format: table, json or markdown")
 		jsonOut    = fs.String("json-out", "", "also write the JSON report to this file")
 		targets    = fs.String("targets", "", "print the targets table (Markdown) for these comma-separated JSON reports and exit")
+		glance     = fs.String("glance", "", "print the at-a-glance table (Markdown: P99 TTFT and e2e per policy) for these comma-separated JSON reports and exit")
 		plots      = fs.String("plots", "", "write SVG plots (TTFT CDF, per-pod load) into this directory")
 		tracePath  = fs.String("trace", "", "replay a trace instead of a scenario: Mooncake .jsonl or Azure .csv")
-		traceName  = fs.String("name", "", "with --trace: the run's name in reports and plot file names (default trace:<file name>)")
+		traceName  = fs.String("name", "", "the run's name in reports and plot file names (default: the scenario, or trace:<file name>)")
 		fleetPath  = fs.String("fleet", "", "fleet YAML for --trace (default: 4 H100 + 4 A10G, Llama-3.1-8B)")
 		duration   = fs.Duration("duration", 0, "with --trace: keep arrivals before this (after --rate-scale); with --scenario: override the arrival window")
 		rateScale  = fs.Float64("rate-scale", 1, "multiply the arrival rate (a trace's time is compressed by it)")
@@ -59,6 +60,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		share      = fs.Bool("share-state", true, "with --router-replicas > 1: routers share dispatches and in-flight counts, as tier1/peers does")
 		shareDelay = fs.Duration("share-delay", bench.DefaultShareDelay, "with --share-state: propagation delay of a sent frame of shared state (network, apply), in virtual time")
 		shareFlush = fs.Duration("share-flush", bench.DefaultShareFlush, "with --share-state: batching interval of shared state (peers.flush); 0 sends every change at once")
+		start      = fs.Duration("start", 0, "with --trace: start the window this far into the trace (after --rate-scale); held-out windows for tuning")
+		realism    = fs.String("realism", "default", "realism knobs: default, off, or a comma-separated list of jitter, spread, stagger, late")
+		inputs     = fs.String("inputs", bench.InputsProduction, "scheduling inputs: production (Tier 1's admission.Prompt on generated request text) or engine (oracle token counts and block hashes)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: infergate bench --scenario NAME [flags]")
@@ -73,14 +77,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *targets != "" {
+	if *targets != "" || *glance != "" {
+		paths := *targets + *glance
+		if *targets != "" && *glance != "" {
+			return errors.New("give one of --targets or --glance")
+		}
 		var reps []report.Report
-		for _, p := range strings.Split(*targets, ",") {
+		for _, p := range strings.Split(paths, ",") {
 			r, err := report.ReadJSON(strings.TrimSpace(p))
 			if err != nil {
 				return err
 			}
 			reps = append(reps, r)
+		}
+		if *glance != "" {
+			return report.WriteGlance(stdout, reps)
 		}
 		return report.WriteTargets(stdout, reps)
 	}
@@ -139,9 +150,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("--policies is empty")
 	}
 
+	real, err := bench.ParseRealism(*realism)
+	if err != nil {
+		return err
+	}
+	switch *inputs {
+	case bench.InputsProduction, bench.InputsEngine:
+	default:
+		return fmt.Errorf("unknown --inputs %q (want %s or %s)", *inputs, bench.InputsProduction, bench.InputsEngine)
+	}
 	cmp := bench.Comparison{
 		Policies: pols,
-		Options: bench.Options{ScrapeInterval: *scrape, MaxQueueWait: *maxWait, RecordLoad: *plots != "",
+		Options: bench.Options{ScrapeInterval: *scrape, MaxQueueWait: *maxWait, RecordLoad: *plots != "", Realism: &real, Inputs: *inputs,
 			Replicas: bench.Replicas{N: *replicas, Share: *share, Delay: *shareDelay, Flush: *shareFlush}},
 		Parallel: *parallel,
 		Progress: stderr,
@@ -165,7 +185,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		s = s.ScaleRate(*rateScale)
 		f := s.Fleet
 		f.SetDefaults()
-		cmp.Setup = bench.Setup{Name: s.Name, Fleet: f, Horizon: s.Duration + s.Drain}
+		name := s.Name
+		if *traceName != "" {
+			name = *traceName
+		}
+		cmp.Setup = bench.Setup{Name: name, Fleet: f, Horizon: s.Duration + s.Drain}
 		cmp.Stream = func(seed uint64) (workload.Stream, error) { return s.Stream(seed), nil }
 	} else {
 		f := defaultTraceFleet()
@@ -179,7 +203,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		st, err := trace.Load(*tracePath, trace.Options{RateScale: *rateScale, Duration: *duration, MaxTotalTokens: maxLen, MaxOutputTokens: *maxOutTrce})
+		st, err := trace.Load(*tracePath, trace.Options{RateScale: *rateScale, Start: *start, Duration: *duration, MaxTotalTokens: maxLen, MaxOutputTokens: *maxOutTrce})
 		if err != nil {
 			return err
 		}
@@ -199,6 +223,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rep := report.Summarize(cmp.Setup.Name, cmp.Setup.Fleet.TTFTSLO, names, out.Runs)
 	rep.SetLoad(out.OfferedRPS, out.CapacityRPS, out.EvenSplitUtilisation)
+	rep.Conditions = cmp.Options.Conditions()
 	if *plots != "" {
 		if err := writePlots(*plots, rep); err != nil {
 			return err
@@ -267,5 +292,15 @@ func fileSafe(s string) string {
 			return r
 		}
 		return '_'
-	}, strings.TrimSuffix(filepath.Base(s), filepath.Ext(s)))
+	}, trimFileExt(filepath.Base(s)))
+}
+
+// trimFileExt drops a file extension (a profile's .yaml, a trace's .csv)
+// but not the dot of a name like gie-v1.5.
+func trimFileExt(s string) string {
+	switch ext := filepath.Ext(s); ext {
+	case ".yaml", ".yml", ".json", ".jsonl", ".csv":
+		return strings.TrimSuffix(s, ext)
+	}
+	return s
 }
