@@ -8,8 +8,8 @@ import (
 
 	"github.com/infergate/infergate/bench/scenario"
 	"github.com/infergate/infergate/bench/workload"
-	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/internal/admissiontest"
+	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
 )
 

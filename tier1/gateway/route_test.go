@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/internal/admissiontest"
+	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/prefix"
 )
