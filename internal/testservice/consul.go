@@ -170,14 +170,20 @@ func (c *Consul) stopLocked() {
 	if c.cmd == nil {
 		return
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
+	terminate(c.cmd, c.done, 10*time.Second)
 	c.cmd, c.done = nil, nil
+}
+
+// terminate asks cmd to stop with SIGTERM and kills it after grace; done
+// is closed when the process has exited.
+func terminate(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // waitLeader polls /v1/status/leader until it names a leader and the local

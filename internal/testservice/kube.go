@@ -179,13 +179,7 @@ func (k *Kube) stopLocked() {
 	if k.cmd == nil {
 		return
 	}
-	_ = k.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-k.done:
-	case <-time.After(15 * time.Second):
-		_ = k.cmd.Process.Kill()
-		<-k.done
-	}
+	terminate(k.cmd, k.done, 15*time.Second)
 	k.cmd, k.done = nil, nil
 }
 
@@ -255,15 +249,7 @@ func startEtcd(t testing.TB, bin, dir string) string {
 		logf.Close()
 		close(done)
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	t.Cleanup(func() { terminate(cmd, done, 10*time.Second) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for !get(ctx, client+"/health", "", func(b []byte) bool { return len(b) > 0 }) {

@@ -196,17 +196,7 @@ func (s *namedSSE) send(typ string, v map[string]any) {
 		v["sequence_number"] = s.seq
 		s.seq++
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		s.err = err
-		return
-	}
-	s.buf = append(s.buf[:0], "event: "...)
-	s.buf = append(s.buf, typ...)
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, b...)
-	s.buf = append(s.buf, "\n\n"...)
-	s.write(s.buf)
+	s.named(typ, v)
 }
 
 // streamOpen sends the events before the first token.

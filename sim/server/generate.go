@@ -368,13 +368,23 @@ type sseWriter struct {
 	err error
 }
 
-func (s *sseWriter) event(v any) {
+func (s *sseWriter) event(v any) { s.named("", v) }
+
+// named writes v as one SSE event, preceded by "event: name" when name is
+// not empty (the Responses and Anthropic streams name their events).
+func (s *sseWriter) named(name string, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		s.err = err
 		return
 	}
-	s.buf = append(s.buf[:0], "data: "...)
+	s.buf = s.buf[:0]
+	if name != "" {
+		s.buf = append(s.buf, "event: "...)
+		s.buf = append(s.buf, name...)
+		s.buf = append(s.buf, '\n')
+	}
+	s.buf = append(s.buf, "data: "...)
 	s.buf = append(s.buf, b...)
 	s.buf = append(s.buf, "\n\n"...)
 	s.write(s.buf)

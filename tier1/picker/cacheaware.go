@@ -127,18 +127,7 @@ func (s *cacheAwareScorer) Score(cs *cycleState, req *Request, pods []*Pod, out 
 	if n > 0 && s.tracker != nil {
 		matched = cs.prefixMatch(s.tracker, req, pods)
 	}
-	fallback := s.defaultPrefill
-	var sum float64
-	var known int
-	for _, p := range pods {
-		if p.PrefillTokensPerSec > 0 {
-			sum += p.PrefillTokensPerSec
-			known++
-		}
-	}
-	if known > 0 {
-		fallback = sum / float64(known)
-	}
+	fallback := meanPrefillSpeed(pods, s.defaultPrefill)
 	if fallback <= 0 {
 		fallback = 8000
 	}

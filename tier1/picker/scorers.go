@@ -302,18 +302,7 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 	if n := len(req.BlockHashes); n > 0 && s.tracker != nil {
 		matched = cs.prefixMatch(s.tracker, req, pods)
 	}
-	fallback := s.defaultPrefill
-	var sum float64
-	var known int
-	for _, p := range pods {
-		if p.PrefillTokensPerSec > 0 {
-			sum += p.PrefillTokensPerSec
-			known++
-		}
-	}
-	if known > 0 {
-		fallback = sum / float64(known)
-	}
+	fallback := meanPrefillSpeed(pods, s.defaultPrefill)
 	perQueued := s.queuedTokens
 	if perQueued <= 0 {
 		perQueued = float64(max(req.PromptTokens, 1))
@@ -353,4 +342,21 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 			out[i] = best / est
 		}
 	}
+}
+
+// meanPrefillSpeed is the prefill speed assumed for a pod that has not
+// learned its own yet: the mean of the pods that have, else def.
+func meanPrefillSpeed(pods []*Pod, def float64) float64 {
+	var sum float64
+	var known int
+	for _, p := range pods {
+		if p.PrefillTokensPerSec > 0 {
+			sum += p.PrefillTokensPerSec
+			known++
+		}
+	}
+	if known == 0 {
+		return def
+	}
+	return sum / float64(known)
 }
