@@ -142,7 +142,7 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	st.AdminURL = "http://" + adminLn.Addr().String()
 
 	for _, c := range opts.Clusters {
-		info, err := st.startCluster(ctx, c, opts.TimeScale, log.With("cluster", c.Name))
+		info, err := st.startCluster(ctx, c, opts.TimeScale, opts.ReadyTimeout, log.With("cluster", c.Name))
 		if err != nil {
 			return st, fmt.Errorf("devstack: cluster %s: %w", c.Name, err)
 		}
@@ -159,7 +159,7 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 }
 
 // startCluster starts a cluster's simulated pods and its Tier 1 router.
-func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64, log *slog.Logger) (ClusterInfo, error) {
+func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64, readyTimeout time.Duration, log *slog.Logger) (ClusterInfo, error) {
 	info := ClusterInfo{Cluster: c}
 	f, err := fleet.Start(ctx, fleet.Config{TimeScale: timeScale, Host: "127.0.0.1", Pods: c.Pods, Logger: log.With("component", "sim")})
 	if err != nil {
@@ -200,6 +200,12 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64,
 	}
 	info.URL = "http://" + ln.Addr().String()
 	st.run(c.Name+" tier1", func() error { return srv.Serve(ctx, ln, nil) })
+	// Tier 2 is ready once it sees a cluster, which can be before that
+	// cluster's Tier 1 has scraped a pod; a first request in that gap would
+	// get a 502. Wait for Tier 1 to route too.
+	if err := waitReady(ctx, info.URL+"/ready", readyTimeout); err != nil {
+		return info, fmt.Errorf("tier1 not ready: %w", err)
+	}
 	return info, nil
 }
 
