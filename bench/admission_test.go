@@ -116,3 +116,40 @@ func TestPriorityScenarioShedsAndPrioritizes(t *testing.T) {
 		t.Errorf("completed %d + failed %d + shed %d != %d", run.Completed, run.Failed, run.Shed, run.Requests)
 	}
 }
+
+// A conversation's turns carry its session key (what a chat client sends
+// as x-session-id or prompt_cache_key); requests outside a conversation
+// carry none.
+func TestSchedInputSession(t *testing.T) {
+	for _, tc := range []struct {
+		session int
+		want    string
+	}{{-1, ""}, {0, "conv-0"}, {42, "conv-42"}} {
+		w := workload.Request{ID: 1, PromptTokens: 64, OutputTokens: 1, Session: tc.session}
+		for _, in := range []string{InputsEngine, InputsProduction} {
+			pr, _, err := schedInput(&w, "m", 0, Options{Inputs: in, Text: workload.AppendText}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pr.Session != tc.want {
+				t.Errorf("session %d, inputs %s: key %q, want %q", tc.session, in, pr.Session, tc.want)
+			}
+		}
+	}
+	// Only the conversation generator sets sessions.
+	for _, name := range []string{"shared-prefix-8b", "multi-turn-chat"} {
+		sc, err := scenario.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		with := 0
+		for _, r := range sc.Stream(1).Requests {
+			if r.Session >= 0 {
+				with++
+			}
+		}
+		if (with > 0) != (name == "multi-turn-chat") {
+			t.Errorf("%s: %d requests with a session", name, with)
+		}
+	}
+}

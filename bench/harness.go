@@ -201,6 +201,9 @@ type sim struct {
 	err       error
 	out       report.Run
 	rep       *replicaSet // several routers (bench/replicas.go), else nil
+	// onDone, if set (tests, diagnostics), sees every finished request.
+	onDone     func(i int, at time.Duration, res engine.Result)
+	onDispatch func(i, pod int, now time.Duration)
 }
 
 func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream workload.Stream, opts Options) (*sim, error) {
@@ -293,6 +296,12 @@ func schedInput(w *workload.Request, model string, slo time.Duration, opts Optio
 	if w.Adapter != "" {
 		pr.Model = w.Adapter
 	}
+	if w.Session >= 0 {
+		// A chat client knows its conversation and sends its id as
+		// x-session-id or prompt_cache_key (Tier 1's sessionKey reads
+		// either); only generators that model conversations set Session.
+		pr.Session = sessionKey(w.Session)
+	}
 	if w.Sheddable && pr.Priority >= 0 {
 		pr.Priority = -1 // Tier 1's policy: sheddable is below standard
 	}
@@ -310,6 +319,10 @@ func schedInput(w *workload.Request, model string, slo time.Duration, opts Optio
 	}
 	return pr, buf, nil
 }
+
+// sessionKey is the key a chat client sends for conversation s: an opaque
+// conversation id, as a client would generate it.
+func sessionKey(s int) string { return "conv-" + strconv.Itoa(s) }
 
 // routerInput is what an upstream Router sees of request i: with
 // production inputs, the router's own hashing of the request text when it
@@ -497,6 +510,9 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 	st := &s.states[i]
 	st.pod = pi
 	p := s.pods[pi]
+	if s.onDispatch != nil {
+		s.onDispatch(i, pi, now)
+	}
 	name := p.view.Name
 	tracker := s.tracker // the request's router's, for its callbacks
 	tracker.Dispatched(name, st.preq)
@@ -515,6 +531,9 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 			tracker.Done(name, st.preq)
 			s.finish(at)
 			s.record(arrival, at, res)
+			if s.onDone != nil {
+				s.onDone(i, at, res)
+			}
 		},
 	}
 	if err := p.eng.Submit(now, er); err != nil {
