@@ -61,6 +61,7 @@ func (c Comparison) Run(ctx context.Context) (Outcome, error) {
 	np := len(c.Policies)
 	runs := make([]report.Run, len(c.Seeds)*np)
 	floors := make([][]float64, len(c.Seeds))
+	causal := make([][]float64, len(c.Seeds))
 	var (
 		capacity float64
 		perPod   []float64
@@ -127,6 +128,9 @@ func (c Comparison) Run(ctx context.Context) (Outcome, error) {
 				if j.pol < 0 {
 					f, err := Floors(ctx, c.Setup.Fleet, streams[j.seed])
 					floors[j.seed] = f
+					if err == nil {
+						causal[j.seed], err = CausalFloors(ctx, c.Setup.Fleet, streams[j.seed], f)
+					}
 					report1(err)
 					continue
 				}
@@ -166,8 +170,15 @@ func (c Comparison) Run(ctx context.Context) (Outcome, error) {
 				fl = append(fl, v)
 			}
 		}
+		var cf []float64
+		for _, v := range causal[s] {
+			if !math.IsNaN(v) {
+				cf = append(cf, v)
+			}
+		}
 		for p := range c.Policies {
 			runs[s*np+p].Floor = fl
+			runs[s*np+p].CausalFloor = cf
 		}
 	}
 	out := Outcome{Runs: runs, CapacityRPS: capacity}

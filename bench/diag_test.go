@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/sim/engine"
+)
+
+// TestDiag prints the worst requests of one run with their floors, pod and
+// cache state (DIAG=scenario:policy:seed, DIAGN=rows, DIAGPOD=1 for the
+// prefix × pod matrix; a profile path must be absolute); skipped otherwise.
+func TestDiag(t *testing.T) {
+	spec := os.Getenv("DIAG")
+	if spec == "" {
+		t.Skip("DIAG not set")
+	}
+	parts := strings.Split(spec, ":")
+	sc, err := scenario.Get(parts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := ParsePolicy(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := strconv.ParseUint(parts[2], 10, 64)
+	st := sc.Stream(seed)
+	floors, err := Floors(context.Background(), sc.Fleet, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("causal floors in %v\n", time.Since(t0))
+	s, err := newSim(context.Background(), Setup{Name: sc.Name, Fleet: sc.Fleet, Horizon: sc.Duration + sc.Drain}, pol, seed, st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		i, pod                 int
+		arr, disp, ttft        time.Duration
+		cached, prompt         int
+		waitQ, runQ, infl, kvu int
+		floor, causal          float64
+		key                    uint64
+	}
+	recs := make([]rec, len(st.Requests))
+	prefixOf := map[uint64]int{}
+	lastPod := map[int]int{}
+	prevPod := make([]int, len(st.Requests))
+	s.onDispatch = func(i, pod int, now time.Duration) {
+		e := s.pods[pod].eng.Stats()
+		r := &recs[i]
+		r.i, r.pod, r.disp = i, pod, now
+		if ss := st.Requests[i].Session; ss >= 0 {
+			if pp, ok := lastPod[ss]; ok {
+				prevPod[i] = pp
+			} else {
+				prevPod[i] = -1
+			}
+			lastPod[ss] = pod
+		}
+		r.waitQ, r.runQ = e.Waiting, e.Running
+		r.kvu = int(e.KVUsage * 100)
+		r.infl = s.pods[pod].view.InFlight
+		w := &st.Requests[i]
+		r.arr = w.Arrival
+		if len(w.BlockHashes) > 0 {
+			r.key = w.BlockHashes[0]
+		}
+		if _, ok := prefixOf[r.key]; !ok {
+			prefixOf[r.key] = len(prefixOf)
+		}
+	}
+	s.onDone = func(i int, at time.Duration, res engine.Result) {
+		r := &recs[i]
+		r.ttft = res.FirstTokenAt - r.arr
+		r.cached, r.prompt = res.CachedTokens, res.PromptTokens
+		r.floor = floors[i]
+		r.causal = causal[i]
+	}
+	out, err := s.run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := make([]int, len(recs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return recs[idx[a]].ttft > recs[idx[b]].ttft })
+	n := 40
+	if v := os.Getenv("DIAGN"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	fmt.Printf("completed %d, p99 rank %d\n", out.Completed, len(recs)/100)
+	for _, cut := range []time.Duration{0, 30 * time.Second, 60 * time.Second} {
+		var a, f, c []float64
+		for _, r := range recs {
+			if r.arr >= cut {
+				a = append(a, float64(r.ttft.Milliseconds()))
+				f = append(f, r.floor)
+				c = append(c, r.causal)
+			}
+		}
+		sort.Float64s(a)
+		sort.Float64s(f)
+		sort.Float64s(c)
+		k := int(0.99 * float64(len(a)-1))
+		fmt.Printf("arrivals after %v: n=%d p99 %.0f floor p99 %.0f causal p99 %.0f\n", cut, len(a), a[k], f[k], c[k])
+	}
+	for _, i := range idx[:min(n, len(idx))] {
+		r := recs[i]
+		fmt.Printf("i=%4d arr=%7.2fs q=%5dms pod=%d ttft=%5dms floor=%5.0f causal=%5.0f prompt=%5d cached=%5d grp=%2d sess=%d prev=%d engW=%d engR=%d infl=%d kv=%d%%\n",
+			r.i, r.arr.Seconds(), (r.disp - r.arr).Milliseconds(), r.pod, r.ttft.Milliseconds(), r.floor, r.causal, r.prompt, r.cached, prefixOf[r.key], st.Requests[i].Session, prevPod[i], r.waitQ, r.runQ, r.infl, r.kvu)
+	}
+	if os.Getenv("DIAGPOD") != "" {
+		// pod-by-prefix matrix
+		cnt := map[[2]int]int{}
+		for _, r := range recs {
+			cnt[[2]int{prefixOf[r.key], r.pod}]++
+		}
+		for g := 0; g < 20; g++ {
+			fmt.Printf("grp %2d:", g)
+			for p := range s.pods {
+				fmt.Printf(" %4d", cnt[[2]int{g, p}])
+			}
+			fmt.Println()
+		}
+	}
+}
