@@ -94,6 +94,16 @@ func TestDiag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	below := 0
+	for _, r := range recs {
+		if r.ttft > 0 && float64(r.ttft.Milliseconds()) < 0.95*r.causal-1 {
+			below++
+			if os.Getenv("DIAGBELOW") != "" {
+				fmt.Printf("below: i=%d ttft=%dms floor=%.1f causal=%.1f prompt=%d cached=%d pod=%d\n", r.i, r.ttft.Milliseconds(), r.floor, r.causal, r.prompt, r.cached, r.pod)
+			}
+		}
+	}
+	fmt.Printf("requests more than 5%% below their causal floor: %d\n", below)
 	idx := make([]int, len(recs))
 	for i := range idx {
 		idx[i] = i
