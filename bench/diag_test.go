@@ -63,6 +63,17 @@ func TestDiag(t *testing.T) {
 		e := s.pods[pod].eng.Stats()
 		r := &recs[i]
 		r.i, r.pod, r.disp = i, pod, now
+		if want := os.Getenv("DIAGREQ"); want != "" && strings.Contains(","+want+",", ","+strconv.Itoa(i)+",") {
+			res := &s.result
+			fmt.Printf("request %d at %v → pod %d; scorers %v weights %v\n", i, now, pod, res.Scorers, res.Weights)
+			for c, p := range res.Candidates {
+				fmt.Printf("  %-12s total %.2f", p.Name, res.Total[c])
+				for k := range res.Scorers {
+					fmt.Printf(" %.2f", res.Scores[k][c])
+				}
+				fmt.Printf(" | W%d R%d kv%.2f infl%d inflPre%d uncached%d speed%.0f\n", p.Metrics.Waiting, p.Metrics.Running, p.Metrics.KVUsage, p.InFlight, p.InFlightPrefill, p.InFlightUncachedTokens, p.PrefillTokensPerSec)
+			}
+		}
 		if ss := st.Requests[i].Session; ss >= 0 {
 			if pp, ok := lastPod[ss]; ok {
 				prevPod[i] = pp
