@@ -64,6 +64,8 @@ func AnthropicErrorType(status int) string {
 		return "rate_limit_error"
 	case http.StatusServiceUnavailable, 529:
 		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
 	}
 	if status >= 500 {
 		return "api_error"
