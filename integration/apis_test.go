@@ -14,6 +14,24 @@ import (
 	"github.com/infergate/infergate/devstack"
 )
 
+// startDevStack runs make run's stack (`infergate dev`: devstack with its
+// default topology, four clusters of simulated pods in two regions) in
+// process, on free ports.
+func startDevStack(t *testing.T) *devstack.Stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration suite: skipped under -short")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := devstack.Start(ctx, devstack.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", TimeScale: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
 // apiUsage is one answer's token counts, whatever the API.
 type apiUsage struct{ in, out int }
 
@@ -67,12 +85,13 @@ func sseEvents(t *testing.T, b []byte) [][2]string {
 }
 
 // TestAPIs sends one conversation as Chat Completions, Responses and
-// Anthropic Messages through Tier 2, Tier 1 and the simulator, streaming
-// and not: each gets a well-formed answer in its API's shape, the same
-// prompt token count, and the tenant's TPM is charged exactly the tokens
-// the answer reports.
+// Anthropic Messages through make run's stack (Tier 2, Tier 1, the
+// simulator), streaming and not: each gets a well-formed answer in its
+// API's shape, the same prompt token count, a completion count that is
+// the answer's (the simulator writes one word per token), and the
+// tenant's TPM is charged exactly the tokens the answer reports.
 func TestAPIs(t *testing.T) {
-	st, _ := startOnePodStack(t)
+	st := startDevStack(t)
 	const sys, user, maxTok = "You are terse.", "Say hello to the router.", 12
 	bodies := map[string]string{
 		"/v1/chat/completions": fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":%q},{"role":"user","content":%q}],"max_tokens":%d`, devstack.LlamaModel, sys, user, maxTok),
@@ -104,6 +123,9 @@ func TestAPIs(t *testing.T) {
 				}
 				if text == "" || u.in <= 0 || u.out <= 0 || u.out > maxTok {
 					t.Fatalf("answer %q usage %+v:\n%s", text, u, b)
+				}
+				if words := len(strings.Fields(text)); words != u.out {
+					t.Errorf("usage reports %d completion tokens, the answer has %d: %q", u.out, words, text)
 				}
 				if prompt == 0 {
 					prompt = u.in

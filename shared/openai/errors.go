@@ -64,6 +64,8 @@ func AnthropicErrorType(status int) string {
 		return "rate_limit_error"
 	case http.StatusServiceUnavailable, 529:
 		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
 	}
 	if status >= 500 {
 		return "api_error"
@@ -76,19 +78,32 @@ func AnthropicErrorType(status int) string {
 // an AnthropicShaper that asks for it, the error takes Anthropic's shape
 // (the code is then dropped: that shape has no place for it).
 func WriteError(w http.ResponseWriter, status int, typ, code, message string) {
-	var body []byte
+	api := APIOpenAI
 	if as, ok := w.(AnthropicShaper); ok && as.AnthropicErrors() {
+		api = APIAnthropic
+	}
+	body := ErrorBody(api, status, typ, code, message)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// ErrorBody is the JSON body of an error answered with status, in api's
+// shape: Anthropic's {"type":"error","error":{"type":...,"message":...}}
+// (typ and code dropped: the type follows the status), else OpenAI's
+// envelope (the Responses API shares it).
+func ErrorBody(api API, status int, typ, code, message string) []byte {
+	var body []byte
+	if api == APIAnthropic {
 		var e anthropicEnvelope
 		e.Type, e.Error.Type, e.Error.Message = "error", AnthropicErrorType(status), message
 		body, _ = json.Marshal(e)
 	} else {
 		body, _ = json.Marshal(envelope{Error: Error{Message: message, Type: typ, Code: code}})
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	return body
 }
 
 // TypeForStatus returns the conventional error type for an HTTP status.

@@ -226,9 +226,12 @@ func (e *Engine) Submit(now time.Duration, r *Request) error {
 	if maxTok == 0 {
 		maxTok = e.maxLen - r.PromptTokens
 	}
+	if r.Pooling {
+		maxTok = 0 // prefill only: the prompt alone must fit
+	}
 	// maxTok ≤ maxLen − prompt, not prompt + maxTok ≤ maxLen: the sum can
 	// overflow and pass, and generation would then never stop.
-	if maxTok < 1 || r.PromptTokens > e.maxLen || maxTok > e.maxLen-r.PromptTokens {
+	if (maxTok < 1 && !r.Pooling) || r.PromptTokens > e.maxLen || maxTok > e.maxLen-r.PromptTokens {
 		total := r.PromptTokens + max(maxTok, 0)
 		if maxTok > math.MaxInt-r.PromptTokens {
 			total = math.MaxInt
@@ -243,7 +246,9 @@ func (e *Engine) Submit(now time.Duration, r *Request) error {
 	s := e.newSeq()
 	s.r, s.id, s.adapter, s.prompt = r, r.ID, r.Adapter, r.PromptTokens
 	s.stopAt, s.reason = maxTok, "length"
-	if r.OutputTokens > 0 && r.OutputTokens < maxTok {
+	if r.Pooling {
+		s.stopAt, s.reason = 0, "stop"
+	} else if r.OutputTokens > 0 && r.OutputTokens < maxTok {
 		s.stopAt, s.reason = r.OutputTokens, "stop"
 	}
 	if e.prefix {
@@ -740,7 +745,7 @@ func (e *Engine) complete(t time.Duration) {
 		s.computed += n
 		if k > 1 {
 			produced = n
-		} else if s.computed == s.prompt+s.gen {
+		} else if s.computed == s.prompt+s.gen && !s.r.Pooling {
 			produced = 1
 		}
 		if len(s.ents) < len(s.hashes) {
@@ -753,7 +758,8 @@ func (e *Engine) complete(t time.Duration) {
 				s.ents = append(s.ents, b)
 			}
 		}
-		if produced == 0 {
+		// A pooling request is done once its prompt is computed.
+		if produced == 0 && (!s.r.Pooling || s.computed < s.prompt) {
 			e.running[w] = s
 			w++
 			continue

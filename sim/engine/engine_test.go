@@ -663,3 +663,47 @@ func TestKVBoundQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestPooling: a pooling (embedding) request costs its prefill and
+// nothing more: it ends with the step that computes its last prompt token,
+// generates no token, frees its blocks, and a prompt that alone exceeds
+// the model length is refused.
+func TestPooling(t *testing.T) {
+	e := mustEngine(t, mustConfig(t, "llama-3.1-8b", "h100", 1))
+	tr := newTracker()
+	pool := tr.req(1, 3000, 0, nil)
+	pool.Pooling = true
+	if err := e.Submit(0, pool); err != nil {
+		t.Fatal(err)
+	}
+	pooledAt := drain(t, e)
+	o := tr.out[1]
+	if !o.finished || o.res.CompletionTokens != 0 || o.tokens != 0 || o.res.PromptTokens != 3000 || o.done != o.first {
+		t.Fatalf("pooling outcome %+v", o)
+	}
+	st := e.Stats()
+	if st.GenerationTokens != 0 || st.PromptTokens != 3000 || st.FinishedRequests != 1 || st.UsedBlocks != 0 || st.Running != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// The same prompt generating one token takes the same prefill: the
+	// pooling request's time is the prefill (a fresh engine, no cache).
+	e2 := mustEngine(t, mustConfig(t, "llama-3.1-8b", "h100", 1))
+	tr2 := newTracker()
+	if err := e2.Submit(0, tr2.req(1, 3000, 1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, e2)
+	if ttft := tr2.out[1].first; pooledAt != ttft || pooledAt <= 0 {
+		t.Errorf("pooling took %v, the same prefill to a first token %v", pooledAt, ttft)
+	}
+	// A prompt as long as the model allows fits (no room for output is
+	// needed); one token more does not.
+	long := &Request{ID: 2, PromptTokens: e.MaxModelLen(), Pooling: true}
+	if err := e.Submit(pooledAt, long); err != nil {
+		t.Errorf("prompt of max_model_len: %v", err)
+	}
+	if err := e.Submit(pooledAt, &Request{ID: 3, PromptTokens: e.MaxModelLen() + 1, Pooling: true}); !errors.Is(err, ErrContextLength) {
+		t.Errorf("prompt over max_model_len: %v, want ErrContextLength", err)
+	}
+	drain(t, e)
+}

@@ -155,6 +155,11 @@ type Request struct {
 	// OutputTokens, if positive and below MaxTokens, is where the simulated
 	// model emits EOS (finish reason "stop").
 	OutputTokens int
+	// Pooling marks a prefill-only request (an embedding, as vLLM's
+	// pooling runner serves it): it finishes when its prompt is computed,
+	// generating nothing; MaxTokens and OutputTokens are ignored.
+	// OnFirstToken and OnTokens (with n = 0) then mark the end of prefill.
+	Pooling bool
 
 	OnFirstToken func(at time.Duration)
 	OnTokens     func(at time.Duration, n int) // n new tokens, the first included

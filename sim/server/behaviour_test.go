@@ -67,7 +67,7 @@ func TestBadInput(t *testing.T) {
 		{"max_completion_tokens negative", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":-1}`, 400, "invalid_value"},
 		{"stream_options without stream", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}`, 400, "invalid_value"},
 		{"n > 1", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2}`, 400, "invalid_value"},
-		{"unknown route", "/v1/embeddings", `{}`, 404, "not_found"},
+		{"unknown route", "/v1/audio/speech", `{}`, 404, "not_found"},
 		{"load lora missing path", "/v1/load_lora_adapter", `{"lora_name":"x"}`, 400, "invalid_value"},
 		{"load lora malformed", "/v1/load_lora_adapter", `{"lora_name":`, 400, "invalid_json"},
 		{"unload unknown lora", "/v1/unload_lora_adapter", `{"lora_name":"x"}`, 404, "adapter_not_found"},

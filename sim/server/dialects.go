@@ -118,7 +118,13 @@ type response struct {
 	Status            string     `json:"status"`
 	Output            []respItem `json:"output"`
 	IncompleteDetails any        `json:"incomplete_details"`
+	Error             *respError `json:"error"`
 	Usage             *respUsage `json:"usage"`
+}
+
+type respError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // Anthropic Messages shapes.
@@ -247,7 +253,13 @@ func (j *job) streamClose(s *namedSSE, res engine.Result, text string) {
 // streamError ends a named stream that failed.
 func (j *job) streamError(s *namedSSE, msg string) {
 	if j.dialect == dResponses {
-		s.send("error", map[string]any{"code": "generation_failed", "message": msg, "param": nil})
+		// The error event is numbered like the rest; response.failed then
+		// ends the response's lifecycle.
+		s.send("error", map[string]any{"code": "generation_failed", "message": msg, "param": nil, "sequence_number": s.seq})
+		s.seq++
+		r := j.response("failed", "", nil)
+		r.Error = &respError{Code: "server_error", Message: msg}
+		s.send("response.failed", map[string]any{"response": r})
 		return
 	}
 	s.send("error", map[string]any{"error": map[string]string{"type": "api_error", "message": msg}})

@@ -1,5 +1,6 @@
 // Package server is one simulated GPU pod behind an OpenAI-compatible HTTP
-// API: chat and text completions (streaming or not), model listing, vLLM's
+// API: chat and text completions (streaming or not), the Responses and
+// Anthropic Messages APIs, embeddings, model listing, vLLM's
 // LoRA load/unload endpoints, /health, and a /metrics page named as the
 // imitated model server (vLLM, SGLang or TGI) names its metrics. The work
 // itself is done by sim/engine, driven in real time.
@@ -259,6 +260,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/messages/count_tokens", func(w http.ResponseWriter, r *http.Request) {
 		s.handleCountTokens(openai.AnthropicWriter{ResponseWriter: w}, r)
 	})
+	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
 	mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)

@@ -13,7 +13,6 @@ package extproc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -419,14 +418,11 @@ func (x *exchange) finish() {
 	}
 }
 
-// refuse answers the client directly with an OpenAI-style JSON error.
+// refuse answers the client directly with a JSON error in the shape of
+// the request's API (OpenAI's, or Anthropic's on /v1/messages).
 func (x *exchange) refuse(pe *gateway.PickError) error {
-	body, err := json.Marshal(struct {
-		Error openai.Error `json:"error"`
-	}{openai.Error{Message: pe.Message, Type: openai.TypeForStatus(pe.Status), Code: pe.Code}})
-	if err != nil {
-		return fmt.Errorf("encode error body: %w", err)
-	}
+	path, _, _ := strings.Cut(x.path, "?")
+	body := openai.ErrorBody(openai.APIForPath(path), pe.Status, openai.TypeForStatus(pe.Status), pe.Code, pe.Message)
 	hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}}
 	if pe.RetryAfter > 0 {
 		hm.SetHeaders = append(hm.SetHeaders, setHeader("retry-after", strconv.Itoa(int(pe.RetryAfter.Round(time.Second)/time.Second))))

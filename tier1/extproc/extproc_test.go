@@ -404,6 +404,17 @@ func TestRefusals(t *testing.T) {
 		es.send(requestHeaders("/v1/chat/completions", true))
 		immediate(t, es.recv(), 400, "invalid_json")
 	})
+	// The Anthropic Messages API's refusals take its own shape.
+	t.Run("anthropic", func(t *testing.T) {
+		es := te.open(t)
+		ir := es.route("/v1/messages?beta=true", `{"model":"nope","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`).GetImmediateResponse()
+		want := `{"type":"error","error":{"type":"not_found_error","message":`
+		if ir == nil || ir.GetStatus().GetCode() != 404 || !strings.HasPrefix(string(ir.GetBody()), want) {
+			t.Errorf("got %v, want 404 %s...", ir, want)
+		} else if !strings.Contains(string(ir.GetBody()), "nope") {
+			t.Errorf("not the unknown model refusal: %s", ir.GetBody())
+		}
+	})
 	if n := te.debugPods(t)["a"].InFlight; n != 0 {
 		t.Errorf("refused requests left %d in flight", n)
 	}

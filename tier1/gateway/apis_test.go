@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"testing"
 )
@@ -76,6 +77,50 @@ func TestPromptBytesSystemFirst(t *testing.T) {
 		}
 		if got := string(b.promptBytes(tc.ep)); got != tc.want {
 			t.Errorf("%s %s: %q, want %q", tc.ep.path, tc.body, got, tc.want)
+		}
+	}
+}
+
+// A stream the pod cuts mid-way ends in the API's own error shape, and
+// the chunking of the pod's writes does not matter: the Responses error
+// continues the stream's numbering and response.failed names the
+// response; Anthropic's is its error event; chat keeps the OpenAI one.
+func TestBrokenStreamErrorShapes(t *testing.T) {
+	streams := map[string]string{
+		"/v1/responses": "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_p\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\n\n" +
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"a\"}\n\n" +
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"delta\":\"b\"}\n\n",
+		"/v1/messages": "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_p\"}}\n\n" +
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n",
+		"/v1/chat/completions": "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+	}
+	pod := newFakePod(t, "p0")
+	pod.set(func(p *fakePod) {
+		p.handler = func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			s := streams[r.URL.Path]
+			for len(s) > 0 { // small writes: events split across reads
+				n := min(13, len(s))
+				_, _ = io.WriteString(w, s[:n])
+				w.(http.Flusher).Flush()
+				s = s[n:]
+			}
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close() // the pod dies mid-stream
+			}
+		}
+	})
+	e := newEnv(t, []*fakePod{pod}, "")
+	for path, want := range map[string]string{
+		"/v1/responses": "event: error\ndata: {\"type\":\"error\",\"code\":\"upstream_interrupted\",\"message\":\"upstream stream interrupted\",\"param\":null,\"sequence_number\":3}\n\n" +
+			"event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":4,\"response\":{\"error\":{\"code\":\"server_error\",\"message\":\"upstream stream interrupted\"},\"id\":\"resp_p\",\"object\":\"response\",\"output\":[],\"status\":\"failed\"}}\n\n",
+		"/v1/messages":         "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream stream interrupted\"}}\n\n",
+		"/v1/chat/completions": "data: {\"error\":{\"message\":\"upstream stream interrupted\",\"type\":\"server_error\",\"param\":null,\"code\":\"upstream_interrupted\"}}\n\n",
+	} {
+		body := `{"model":"llama","stream":true,"input":"hi","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+		r := e.do(t, http.MethodPost, path, body, nil)
+		if r.status != 200 || r.body != streams[path]+want {
+			t.Errorf("%s: %d\n%s\nwant the stream then\n%s", path, r.status, r.body, want)
 		}
 	}
 }

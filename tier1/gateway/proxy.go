@@ -329,7 +329,8 @@ func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, ca
 	out.Header = c.header
 	out.ContentLength = int64(len(c.data))
 
-	ft := firstToken{g: g, req: c.req, pool: c.pool.cfg.Name, start: c.start, dispatched: time.Now()}
+	ft := firstToken{g: g, req: c.req, pool: c.pool.cfg.Name, start: c.start, dispatched: time.Now(),
+		end: openai.StreamEnder{API: openai.APIForPath(c.r.URL.Path)}}
 	g.tracker.Dispatched(pod.Name, c.req)
 	defer func() {
 		g.tracker.Done(pod.Name, c.req)
@@ -455,12 +456,13 @@ func (g *Gateway) brokeOff(c *proxyCall, pod *picker.Pod, u *upstream, ft *first
 		panic(http.ErrAbortHandler)
 	}
 	_ = rc.SetWriteDeadline(time.Now().Add(c.st.cfg.Timeouts.Write))
-	_, _ = fmt.Fprintf(c.w, "data: {\"error\":{\"message\":%q,\"type\":\"server_error\",\"code\":%q}}\n\n", msg, code)
-	_ = rc.Flush()
+	status := http.StatusBadGateway
 	if tooLong {
-		return "504"
+		status = http.StatusGatewayTimeout
 	}
-	return "502"
+	_, _ = c.w.Write(ft.end.ErrorEvent(status, code, msg)) // in the stream's API's shape
+	_ = rc.Flush()
+	return strconv.Itoa(status)
 }
 
 // readSome reads until it gets at least one byte or an error.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier1/picker"
 )
 
@@ -129,11 +130,15 @@ type firstToken struct {
 	sse        bool
 	scan       tokenScanner
 	seen       bool
+	end        openai.StreamEnder // follows the stream to end a broken one in its shape
 }
 
 // observe looks at the next response chunk; force counts it as the first
 // token whatever it holds (an error status or an empty body).
 func (f *firstToken) observe(pod string, chunk []byte, force bool) {
+	if f.sse {
+		f.end.Observe(chunk)
+	}
 	if f.seen {
 		return
 	}
@@ -159,8 +164,11 @@ func endsStream(chunk []byte) bool {
 	if i := bytes.LastIndex(chunk, []byte("\n\n")); i >= 0 {
 		last = chunk[i+2:]
 	}
-	if bytes.HasPrefix(last, []byte("event: message_stop")) || bytes.HasPrefix(last, []byte("event: response.completed")) {
-		return true
+	for _, end := range [][]byte{[]byte("event: message_stop"), []byte("event: response.completed"),
+		[]byte("event: response.failed"), []byte("event: response.incomplete")} {
+		if bytes.HasPrefix(last, end) {
+			return true
+		}
 	}
 	for _, term := range [][]byte{[]byte("data: [DONE]"), []byte("data:[DONE]")} {
 		if bytes.HasSuffix(chunk, term) {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier2/route"
 )
 
@@ -23,7 +24,8 @@ var errEventTooLarge = errors.New("SSE event too large")
 // token still fails over. After that the stream is the client's: each
 // write must finish within StreamWriteTimeout (a client that stops reading
 // is dropped), the whole stream within MaxStreamDuration, and a stream
-// that breaks ends with an error event, as Tier 1's do.
+// that breaks ends with an error event in its API's shape, as Tier 1's do
+// (openai.StreamEnder).
 func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, error) {
 	opts := &x.g.opts
 	br := bufio.NewReaderSize(resp.Body, 4<<10) // longer lines are handled by readEvent
@@ -51,11 +53,14 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 	rc := http.NewResponseController(x.w.ResponseWriter)
 	// The deadline would outlive the response on a kept-alive connection.
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	// A broken stream ends in its own API's error shape.
+	end := openai.StreamEnder{API: openai.APIForPath(x.r.URL.Path)}
 	for {
 		if out := x.filterEvent(ev); len(out) > 0 {
 			if err := x.writeEvent(rc, out); err != nil {
 				return resultDone, route.ErrClientCanceled
 			}
+			end.Observe(out)
 			x.relayed++
 		}
 		ev, err = readEvent(br, opts.MaxEventBytes)
@@ -68,7 +73,7 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 			return resultDone, route.ErrClientCanceled
 		case expired.Load():
 			// The client's doing, not the cluster's: not held against it.
-			_ = x.writeEvent(rc, errorEvent("stream_too_long", fmt.Sprintf("the stream exceeded its maximum duration of %v", opts.MaxStreamDuration)))
+			_ = x.writeEvent(rc, end.ErrorEvent(http.StatusGatewayTimeout, "stream_too_long", fmt.Sprintf("the stream exceeded its maximum duration of %v", opts.MaxStreamDuration)))
 			return resultDone, nil
 		}
 		// Bytes already reached the client: no retry; the stream ends with
@@ -77,7 +82,7 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 		if errors.Is(err, errEventTooLarge) {
 			code, msg = "upstream_event_too_large", fmt.Sprintf("upstream sent an event over %d bytes", opts.MaxEventBytes)
 		}
-		_ = x.writeEvent(rc, errorEvent(code, msg))
+		_ = x.writeEvent(rc, end.ErrorEvent(http.StatusBadGateway, code, msg))
 		return resultDone, fmt.Errorf("stream broken: %w", err)
 	}
 }
@@ -91,13 +96,6 @@ func (x *exchange) writeEvent(rc *http.ResponseController, ev []byte) error {
 		return err
 	}
 	return rc.Flush()
-}
-
-// errorEvent is the SSE event that ends a stream that could not finish,
-// in the shape Tier 1 sends.
-func errorEvent(code, msg string) []byte {
-	b, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": "server_error", "code": code}})
-	return append(append([]byte("data: "), b...), '\n', '\n')
 }
 
 // readEvent reads one SSE event (lines up to a blank line), including its

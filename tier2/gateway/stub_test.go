@@ -42,7 +42,7 @@ type tier1 struct {
 	last    *http.Request
 	lastRaw []byte
 
-	mode       atomic.Value // "ok", "500", "429", "hang", "stall", "die-after-first", "endless", "huge-event"
+	mode       atomic.Value // "ok", "500", "429", "hang", "stall", "die-after-first", "die-named", "endless", "huge-event"
 	chunkDelay atomic.Int64 // ns between stream chunks
 	hits       atomic.Int64 // inference requests received
 	active     atomic.Int64 // inference requests being answered (reported as running)
@@ -185,6 +185,23 @@ func (s *tier1) handle(w http.ResponseWriter, r *http.Request) {
 			fl.Flush()
 			if d := time.Duration(s.chunkDelay.Load()); d > 0 {
 				time.Sleep(d)
+			}
+		}
+		return
+	case "die-named": // a Responses or Anthropic stream, cut after its first events
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		if r.URL.Path == "/v1/responses" {
+			fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_stub\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\n\n"+
+				"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"hi\"}\n\n")
+		} else {
+			fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_stub\",\"usage\":{\"input_tokens\":5}}}\n\n"+
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n")
+		}
+		w.(http.Flusher).Flush()
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				conn.Close()
 			}
 		}
 		return
