@@ -1,9 +1,14 @@
 package picker
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/infergate/infergate/tier1/prefix"
 )
 
 // TestTrackerRecordAsync checks that a tracker with RecordAsync ends up
@@ -117,5 +122,66 @@ func TestTrackerRecordAsyncConcurrent(t *testing.T) {
 	tr.Flush()
 	if tr.Index().Len() == 0 {
 		t.Fatal("nothing recorded")
+	}
+}
+
+// BenchmarkTrackerDispatched is the tracker's part of Tier 1's request
+// path under issue 13's load: 8k-token requests (512 blocks, a shared
+// 128-block system prompt, the rest new) dispatched round-robin to 100
+// pods with a full default-sized index, so recording evicts. ns/op is what
+// the request waits for; cpu-ns/op includes the background recorder's work
+// (the async runs flush before the clock stops). "parallel" dispatches from
+// every P at once, as concurrent requests do.
+func BenchmarkTrackerDispatched(b *testing.B) {
+	const pods = 100
+	names := make([]string, pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("pod-%d", i)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	sys := prefix.Hash("llama", bytes.Repeat([]byte("system prompt. "), 600), 64, 128, nil)
+	reqs := make([]*Request, 256)
+	for i := range reqs {
+		h := append(make([]uint64, 0, 512), sys...)
+		for len(h) < 512 {
+			h = append(h, r.Uint64()) // a new tail's chained hashes: as good as random
+		}
+		reqs[i] = &Request{PromptTokens: 8192, BlockHashes: h}
+	}
+	for _, async := range []bool{false, true} {
+		for _, par := range []bool{false, true} {
+			name := map[bool]string{false: "sync", true: "async"}[async] + map[bool]string{false: "", true: "/parallel"}[par]
+			b.Run(name, func(b *testing.B) {
+				tr := NewTracker(TrackerOptions{RecordAsync: async, RecordQueue: 1 << 16})
+				for i := range 4000 { // fill the index: recording evicts from here on
+					tr.Index().Record(names[i%pods], reqs[i%len(reqs)].BlockHashes)
+				}
+				var next atomic.Uint64
+				op := func() {
+					i := next.Add(1)
+					req := &Request{PromptTokens: 8192, BlockHashes: reqs[i%uint64(len(reqs))].BlockHashes}
+					tr.Dispatched(names[i%pods], req)
+					tr.Done(names[i%pods], req)
+				}
+				cpu := startCPU()
+				if par {
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							op()
+						}
+					})
+				} else {
+					for b.Loop() {
+						op()
+					}
+				}
+				b.StopTimer() // the request path is done; the recorder may not be
+				tr.Flush()
+				cpu.report(b)
+				if d := tr.RecordsDropped(); d > 0 {
+					b.Fatalf("%d records dropped", d)
+				}
+			})
+		}
 	}
 }
