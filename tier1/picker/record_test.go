@@ -163,6 +163,7 @@ func BenchmarkTrackerDispatched(b *testing.B) {
 					tr.Dispatched(names[i%pods], req)
 					tr.Done(names[i%pods], req)
 				}
+				b.ResetTimer() // b.Loop does this itself; RunParallel does not
 				cpu := startCPU()
 				if par {
 					b.RunParallel(func(pb *testing.PB) {
