@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/tier1/prefix"
 )
@@ -94,8 +95,8 @@ func TestTrackerRecordQueueFull(t *testing.T) {
 	}
 }
 
-// TestTrackerRecordAsyncConcurrent runs dispatches, matches, flushes and
-// pod removals at once (for -race).
+// TestTrackerRecordAsyncConcurrent runs dispatches, matches, snapshots,
+// flushes and pod removals at once (for -race).
 func TestTrackerRecordAsyncConcurrent(t *testing.T) {
 	tr := NewTracker(TrackerOptions{RecordAsync: true})
 	var wg sync.WaitGroup
@@ -108,6 +109,8 @@ func TestTrackerRecordAsyncConcurrent(t *testing.T) {
 				req := &Request{PromptTokens: 512, BlockHashes: hashes(4, 4, fmt.Sprint(w, i))}
 				tr.Dispatched(pod, req)
 				tr.Index().Match(req.BlockHashes, []string{"p0", "p1", "p2"}, nil)
+				tr.Apply([]*Pod{mkPod("p0"), mkPod(pod)}) // shares the lock with other Applies
+				tr.FirstToken(pod, req, time.Millisecond)
 				tr.Done(pod, req)
 				switch i % 50 {
 				case 10:

@@ -53,7 +53,9 @@ type Tracker struct {
 
 	sessions sessionStore // session → pod of its last turn
 
-	mu   sync.Mutex
+	// mu guards pods and reqs. Apply, run for every scheduling cycle,
+	// only reads: it shares the lock.
+	mu   sync.RWMutex
 	pods map[string]*podState
 	reqs map[*Request]*flight
 
@@ -216,8 +218,8 @@ func (t *Tracker) doneLocked(req *Request, f *flight) {
 // PrefillTokensPerSec is only overwritten once learned, so a caller may
 // seed it with a prior (e.g. by GPU type).
 func (t *Tracker) Apply(pods []*Pod) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	for _, p := range pods {
 		st := t.pods[p.Name]
 		if st == nil {
@@ -237,8 +239,8 @@ func (t *Tracker) Apply(pods []*Pod) {
 // PrefillTokensPerSec returns the learned prefill speed of pod (0 while
 // unknown).
 func (t *Tracker) PrefillTokensPerSec(pod string) float64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if st := t.pods[pod]; st != nil {
 		return st.speed.value()
 	}
@@ -248,8 +250,8 @@ func (t *Tracker) PrefillTokensPerSec(pod string) float64 {
 // InFlight returns pod's in-flight request count, peer replicas'
 // included.
 func (t *Tracker) InFlight(pod string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if st := t.pods[pod]; st != nil {
 		return st.inFlight + st.rsum.InFlight
 	}
