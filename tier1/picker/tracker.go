@@ -24,8 +24,9 @@ type TrackerOptions struct {
 	Sessions SessionOptions
 	// RecordAsync moves prefix-index writes off Dispatched: it queues the
 	// request's block hashes and one background goroutine records them,
-	// so a request never waits for the index's write locks (the largest
-	// cost of a 32 KB request at a few thousand req/s). A later Match sees
+	// so requests no longer queue on the index's write locks (the largest
+	// cost of a 32 KB request at a few thousand req/s); a Match waits at
+	// most for the one shard the goroutine is writing. A later Match sees
 	// the record once that goroutine got to it, normally within the
 	// time the request takes to reach its pod. The zero value records
 	// synchronously, which virtual-time callers (bench/) need to stay
