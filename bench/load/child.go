@@ -26,7 +26,9 @@ import (
 //
 // Protocol: the child prints one line when it is ready ("pods ADDR,ADDR,…"
 // or "tier1 ADDR") and then reads commands from stdin, one per line
-// ("profile-start FILE", "profile-stop"; each answered "ok" or "err …").
+// ("profile-start FILE", "profile-stop", answered "ok" or "err …";
+// "records-dropped", answered "ok N": Tier 1's prefix-index records
+// dropped so far, 0 from the pods child).
 // It exits when stdin closes, so it never outlives the benchmark.
 
 // ChildEnv selects the child role ("pods" or "tier1") of a re-executed
@@ -57,7 +59,7 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 		}
 		defer pods.Close()
 		fmt.Fprintf(stdout, "pods %s\n", strings.Join(pods.Addrs, ","))
-		return serveCommands(ctx, stdin, stdout)
+		return serveCommands(ctx, stdin, stdout, func() uint64 { return 0 })
 	case "tier1":
 		var cfg server.Config
 		if err := config.Load(os.Getenv(childConfigEnv), &cfg); err != nil {
@@ -76,7 +78,7 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx, ln, nil) }()
 		fmt.Fprintf(stdout, "tier1 %s\n", ln.Addr())
-		cerr := serveCommands(ctx, stdin, stdout)
+		cerr := serveCommands(ctx, stdin, stdout, srv.Gateway().Tracker().RecordsDropped)
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			return err
@@ -88,7 +90,7 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 }
 
 // serveCommands answers the parent's commands until stdin closes.
-func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer, dropped func() uint64) error {
 	var prof *os.File
 	var mutexPath string
 	defer func() {
@@ -119,6 +121,9 @@ func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer) error
 		cmd, arg, _ := strings.Cut(line, " ")
 		var err error
 		switch cmd {
+		case "records-dropped":
+			fmt.Fprintf(stdout, "ok %d\n", dropped())
+			continue
 		case "profile-start":
 			if prof != nil {
 				err = errors.New("profile already running")

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,10 @@ type RateResult struct {
 	// Cores is Tier 1's mean CPU use during its phases, in cores.
 	Cores float64
 	RSS   int64 // Tier 1's VmRSS after the rate, bytes
+	// RecordsDropped is how many of the rate's requests Tier 1 did not
+	// record in its prefix index because the record queue was full (the
+	// CPU figures then leave that work out).
+	RecordsDropped uint64
 }
 
 // PathResult sums the phases of one path at one rate.
@@ -215,6 +220,22 @@ func startChild(ctx context.Context, command []string, env ...string) (*child, s
 		return nil, "", fmt.Errorf("child %v exited before it was ready", env)
 	}
 	return c, c.out.Text(), nil
+}
+
+// recordsDropped asks the Tier 1 child how many prefix-index records it
+// dropped so far (its record queue was full).
+func (c *child) recordsDropped() (uint64, error) {
+	if _, err := fmt.Fprintln(c.stdin, "records-dropped"); err != nil {
+		return 0, err
+	}
+	if !c.out.Scan() {
+		return 0, errors.New("child exited")
+	}
+	n, ok := strings.CutPrefix(c.out.Text(), "ok ")
+	if !ok {
+		return 0, fmt.Errorf("child: %s", c.out.Text())
+	}
+	return strconv.ParseUint(n, 10, 64)
 }
 
 // command sends one protocol command and waits for its answer.
@@ -327,6 +348,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	profiled := false
+	dropped, err := t1.recordsDropped()
+	if err != nil {
+		return nil, err
+	}
 	for _, rate := range o.Rates {
 		rr := RateResult{Rate: rate}
 		rr.LoadAvg[0] = LoadAvg()
@@ -423,6 +448,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		if m, err := ReadProcMem(pid); err == nil {
 			rr.RSS = m.RSS
+		}
+		if d, err := t1.recordsDropped(); err == nil {
+			rr.RecordsDropped, dropped = d-dropped, d
 		}
 		if rep.Crossing == 0 && rr.AddedP99 > 5*time.Millisecond {
 			rep.Crossing = rate

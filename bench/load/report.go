@@ -43,6 +43,11 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			}
 		}
 	}
+	for _, x := range r.Rates {
+		if x.RecordsDropped > 0 {
+			fmt.Fprintf(w, "At %g req/s Tier 1 dropped %d prefix-index records (record queue full): their CPU is not in the figures.\n", x.Rate, x.RecordsDropped)
+		}
+	}
 	if r.ProfileFile != "" {
 		fmt.Fprintf(w, "Tier 1 CPU profile at %g req/s: %s (go tool pprof -top %s), lock contention in %s.mutex\n", r.ProfileRate, r.ProfileFile, r.ProfileFile, r.ProfileFile)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -91,7 +90,6 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 		return
 	}
 	c := &proxyCall{w: w, r: r, st: st, pool: pool, req: req, data: data, start: start, id: id,
-		log:    g.log.With("request_id", id),
 		header: upstreamHeaders(stripInternal(r.Header), clientIP(r), st.upstreamToken)}
 	c.header.Set(openai.HeaderRequestID, id)
 	g.dispatch(ctx, c, cb.res.Ranked)
@@ -251,11 +249,10 @@ type proxyCall struct {
 	st     *state
 	pool   *poolState
 	req    *picker.Request
-	header http.Header  // upstream request headers
-	data   []byte       // request body
-	start  time.Time    // the request arrived
-	id     string       // X-Request-Id, validated
-	log    *slog.Logger // carries request_id
+	header http.Header // upstream request headers
+	data   []byte      // request body
+	start  time.Time   // the request arrived
+	id     string      // X-Request-Id, validated; every log line carries it
 }
 
 // dispatch sends the request to ranked[0], moving to the next pod when one
@@ -273,7 +270,7 @@ func (g *Gateway) dispatch(ctx context.Context, c *proxyCall, ranked []*picker.P
 				break
 			}
 			g.m.retries.WithLabelValues(pool, last.reason).Inc()
-			c.log.Debug("retrying on next pod", "pool", pool, "failed", ranked[i-1].Name, "reason", last.reason, "err", last.err, "next", pod.Name)
+			g.log.Debug("retrying on next pod", "request_id", c.id, "pool", pool, "failed", ranked[i-1].Name, "reason", last.reason, "err", last.err, "next", pod.Name)
 		}
 		// Whether a failure may be retried is decided when it happens: an
 		// attempt that outlives the budget relays its pod's error instead.
@@ -448,9 +445,9 @@ func (g *Gateway) brokeOff(c *proxyCall, pod *picker.Pod, u *upstream, ft *first
 	code, msg := "upstream_interrupted", "upstream stream interrupted"
 	if tooLong {
 		code, msg = "stream_too_long", "response exceeded the maximum stream duration"
-		c.log.Info("response cut at timeouts.max_stream", "pod", pod.Name)
+		g.log.Info("response cut at timeouts.max_stream", "request_id", c.id, "pod", pod.Name)
 	} else {
-		c.log.Warn("upstream response broke off", "pod", pod.Name, "err", rerr, "timed_out", u.timedOut.Load())
+		g.log.Warn("upstream response broke off", "request_id", c.id, "pod", pod.Name, "err", rerr, "timed_out", u.timedOut.Load())
 	}
 	if !ft.sse {
 		panic(http.ErrAbortHandler)

@@ -22,6 +22,20 @@ type TrackerOptions struct {
 	// Sessions bound the session → pod memory of the session-affinity
 	// scorer.
 	Sessions SessionOptions
+	// RecordAsync moves prefix-index writes off Dispatched: it queues the
+	// request's block hashes and one background goroutine records them,
+	// so requests no longer queue on the index's write locks (the largest
+	// cost of a 32 KB request at a few thousand req/s); a Match waits at
+	// most for the one shard the goroutine is writing. A later Match sees
+	// the record once that goroutine got to it, normally within the
+	// time the request takes to reach its pod. The zero value records
+	// synchronously, which virtual-time callers (bench/) need to stay
+	// deterministic.
+	RecordAsync bool
+	// RecordQueue bounds the requests waiting to be recorded when
+	// RecordAsync is set; one arriving at a full queue is not recorded
+	// (see RecordsDropped). Default 1024 (about 4 MiB of hashes).
+	RecordQueue int
 }
 
 // Tracker is the router's own view of its pods: what it sent where (the
@@ -36,10 +50,13 @@ type TrackerOptions struct {
 type Tracker struct {
 	opts TrackerOptions
 	idx  *prefix.Index
+	rec  *recorder // nil unless RecordAsync
 
 	sessions sessionStore // session → pod of its last turn
 
-	mu   sync.Mutex
+	// mu guards pods and reqs. Apply, run for every scheduling cycle,
+	// only reads: it shares the lock.
+	mu   sync.RWMutex
 	pods map[string]*podState
 	reqs map[*Request]*flight
 
@@ -87,6 +104,12 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		reqs: make(map[*Request]*flight),
 	}
 	t.sessions.opts = opts.Sessions
+	if opts.RecordAsync {
+		if opts.RecordQueue <= 0 {
+			t.opts.RecordQueue = 1024
+		}
+		t.rec = &recorder{idx: t.idx, limit: t.opts.RecordQueue}
+	}
 	return t
 }
 
@@ -113,7 +136,11 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		names[0] = pod
 		m := t.idx.Match(req.BlockHashes, names[:], got[:0])
 		uncached -= uncached * m[0] / n
-		t.idx.Record(pod, req.BlockHashes)
+		if t.rec != nil {
+			t.rec.add(pod, req.BlockHashes)
+		} else {
+			t.idx.Record(pod, req.BlockHashes)
+		}
 	}
 	t.sessions.record(req.Session, pod)
 	t.mu.Lock()
@@ -192,8 +219,8 @@ func (t *Tracker) doneLocked(req *Request, f *flight) {
 // PrefillTokensPerSec is only overwritten once learned, so a caller may
 // seed it with a prior (e.g. by GPU type).
 func (t *Tracker) Apply(pods []*Pod) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	for _, p := range pods {
 		st := t.pods[p.Name]
 		if st == nil {
@@ -213,8 +240,8 @@ func (t *Tracker) Apply(pods []*Pod) {
 // PrefillTokensPerSec returns the learned prefill speed of pod (0 while
 // unknown).
 func (t *Tracker) PrefillTokensPerSec(pod string) float64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if st := t.pods[pod]; st != nil {
 		return st.speed.value()
 	}
@@ -224,8 +251,8 @@ func (t *Tracker) PrefillTokensPerSec(pod string) float64 {
 // InFlight returns pod's in-flight request count, peer replicas'
 // included.
 func (t *Tracker) InFlight(pod string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if st := t.pods[pod]; st != nil {
 		return st.inFlight + st.rsum.InFlight
 	}
@@ -235,10 +262,115 @@ func (t *Tracker) InFlight(pod string) int {
 // RemovePod forgets pod: its index entries and counters. Requests still in
 // flight to it are ignored when they complete.
 func (t *Tracker) RemovePod(pod string) {
+	// Queued records of the pod must not land after its removal.
+	t.Flush()
 	t.idx.RemovePod(pod)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.pods, pod)
+}
+
+// Flush records what Dispatched queued so far (RecordAsync) and returns
+// once it is in the index; a no-op for a synchronous tracker.
+func (t *Tracker) Flush() {
+	if t.rec != nil {
+		t.rec.flush()
+	}
+}
+
+// RecordsDropped returns how many dispatches were not recorded in the
+// prefix index because the RecordAsync queue was full.
+func (t *Tracker) RecordsDropped() uint64 {
+	if t.rec == nil {
+		return 0
+	}
+	return t.rec.dropped.Load()
+}
+
+// recorder writes queued dispatches into the prefix index from one
+// goroutine, started when work arrives and gone once the queue is empty,
+// so a Tracker needs no Close. Batches are taken whole, so the
+// request path only ever holds mu for an append.
+type recorder struct {
+	idx   *prefix.Index
+	limit int
+
+	mu      sync.Mutex
+	queue   []pendingRecord
+	spare   [][]uint64 // hash buffers of recorded batches, for reuse
+	running bool       // a run goroutine is (or is about to be) draining
+
+	// busy is held while a batch is recorded, so flush can wait for the
+	// batch in progress.
+	busy    sync.Mutex
+	dropped atomic.Uint64
+}
+
+type pendingRecord struct {
+	pod    string
+	hashes []uint64 // a copy: the caller's slice is reused after dispatch
+}
+
+// maxSpare bounds the recycled hash buffers (4 KiB each for 8k tokens).
+const maxSpare = 64
+
+func (r *recorder) add(pod string, hashes []uint64) {
+	r.mu.Lock()
+	if len(r.queue) >= r.limit {
+		r.mu.Unlock()
+		r.dropped.Add(1)
+		return
+	}
+	var buf []uint64
+	if n := len(r.spare); n > 0 {
+		buf, r.spare = r.spare[n-1][:0], r.spare[:n-1]
+	}
+	r.queue = append(r.queue, pendingRecord{pod: pod, hashes: append(buf, hashes...)})
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if start {
+		go r.run()
+	}
+}
+
+func (r *recorder) run() {
+	var batch []pendingRecord
+	for {
+		r.busy.Lock()
+		r.mu.Lock()
+		for i := range batch {
+			if len(r.spare) < maxSpare {
+				r.spare = append(r.spare, batch[i].hashes)
+			}
+			batch[i] = pendingRecord{}
+		}
+		batch, r.queue = r.queue, batch[:0]
+		if len(batch) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			r.busy.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		for _, p := range batch {
+			r.idx.Record(p.pod, p.hashes)
+		}
+		r.busy.Unlock()
+	}
+}
+
+// flush records the queue now, after any batch in progress.
+func (r *recorder) flush() {
+	r.busy.Lock()
+	defer r.busy.Unlock()
+	r.mu.Lock()
+	batch := r.queue
+	r.queue = nil
+	r.mu.Unlock()
+	for _, p := range batch {
+		r.idx.Record(p.pod, p.hashes)
+	}
 }
 
 // speedEstimator learns tokens/s from (prefill tokens, TTFT) samples.

@@ -94,6 +94,46 @@ func BenchmarkIndexRecord(b *testing.B) {
 	}
 }
 
+// BenchmarkIndexRecordUnique is the load of issue 13 at the default
+// capacity: 100 pods, 512-block requests that share one of 8 128-block
+// system prompts and are otherwise new, so past the first few thousand
+// requests every new block evicts an old one.
+func BenchmarkIndexRecordUnique(b *testing.B) {
+	const pods = 100
+	x := NewIndex(IndexOptions{})
+	r := rand.New(rand.NewPCG(7, 8))
+	sys := make([][]uint64, 8)
+	for i := range sys {
+		sys[i] = Hash("m", bytes.Repeat([]byte{byte('a' + i)}, 128*64), 64, 128, nil)
+	}
+	names := make([]string, pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("pod-%d", i)
+	}
+	req := make([]uint64, 512)
+	next := func(i int) []uint64 {
+		copy(req, sys[i%len(sys)])
+		for j := 128; j < len(req); j++ {
+			req[j] = r.Uint64() // chained hashes of a new tail: as good as random
+		}
+		return req
+	}
+	i := 0
+	for ; i < 2*x.Options().MaxBlocks/384; i++ { // fill: every block evicts from now on
+		x.Record(names[i%pods], next(i))
+	}
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		b.StopTimer()
+		h := next(i)
+		b.StartTimer()
+		x.Record(names[i%pods], h)
+		i++
+	}
+	cpu.report(b)
+}
+
 // BenchmarkIndexMemory reports heap bytes per (block, pod) entry of a full
 // 1M-entry index over 100 pods.
 func BenchmarkIndexMemory(b *testing.B) {
