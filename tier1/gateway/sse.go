@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/infergate/infergate/tier1/picker"
 )
 
@@ -129,6 +131,7 @@ type firstToken struct {
 	sse        bool
 	scan       tokenScanner
 	seen       bool
+	span       trace.Span // the attempt's, when tracing (trace.go)
 }
 
 // observe looks at the next response chunk; force counts it as the first
@@ -147,6 +150,7 @@ func (f *firstToken) observe(pod string, chunk []byte, force bool) {
 	f.scan.buf = nil
 	f.g.tracker.FirstToken(pod, f.req, time.Since(f.dispatched))
 	f.g.m.ttft.WithLabelValues(f.req.Model, f.pool).Observe(time.Since(f.start).Seconds())
+	traceFirstToken(f.span, f.start)
 }
 
 // endsStream reports whether a chunk of an event stream ends with the
