@@ -281,9 +281,7 @@ func (g *Gateway) dispatch(ctx context.Context, c *proxyCall, ranked []*picker.P
 		// attempt that outlives the budget relays its pod's error instead.
 		hasNext := i+1 < attempts
 		canRetry := func() bool { return hasNext && time.Now().Before(budgetEnd) }
-		actx, sp := g.startUpstream(ctx, pod, i+1)
-		last = g.attempt(actx, c, pod, canRetry)
-		endUpstream(sp, last)
+		last = g.tracedAttempt(ctx, c, pod, i+1, canRetry)
 		if last == nil {
 			return
 		}

@@ -135,14 +135,26 @@ func endSchedule(sp trace.Span, res *picker.Result, err error) {
 	sp.End()
 }
 
-// startUpstream starts the span of one attempt at a pod.
-func (g *Gateway) startUpstream(ctx context.Context, pod *picker.Pod, n int) (context.Context, trace.Span) {
+// tracedAttempt is attempt (the n-th of the request) inside its span.
+// The span ends even when the relay aborts the response by panicking
+// (http.ErrAbortHandler).
+func (g *Gateway) tracedAttempt(ctx context.Context, c *proxyCall, pod *picker.Pod, n int, canRetry func() bool) (last *attemptError) {
 	if !g.tracer.Enabled() {
-		return ctx, noSpan
+		return g.attempt(ctx, c, pod, canRetry)
 	}
-	return g.tracer.Start(ctx, "tier1.upstream", trace.WithSpanKind(trace.SpanKindClient),
+	ctx, sp := g.tracer.Start(ctx, "tier1.upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String(tracing.Pod, pod.Name), attribute.String(tracing.GenAISystem, pod.Engine),
 			attribute.Int(tracing.Attempt, n)))
+	returned := false
+	defer func() {
+		if !returned {
+			sp.SetStatus(codes.Error, "response aborted")
+		}
+		endUpstream(sp, last)
+	}()
+	last = g.attempt(ctx, c, pod, canRetry)
+	returned = true
+	return last
 }
 
 // upstreamHeader returns the headers for a pod request: h itself when not
