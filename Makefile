@@ -52,9 +52,10 @@ tools:
 	@./scripts/tools.sh
 	@./scripts/deploy-tools.sh
 
-## run: the all-in-one local stack on embedded defaults.
+## run: the all-in-one local stack on embedded defaults; TRACE=1 prints every
+## request's spans to the console (docs/tracing.md).
 run: build
-	$(BIN) dev
+	$(BIN) dev$(if $(TRACE), --trace-console)
 
 ## bench: regenerate BENCHMARKS.md from scratch.
 bench: build

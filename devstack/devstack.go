@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/infergate/infergate/sim/fleet"
 	"github.com/infergate/infergate/tier1/gateway"
 	tier1server "github.com/infergate/infergate/tier1/server"
@@ -49,6 +51,9 @@ type Options struct {
 	// ReadyTimeout bounds the wait for Tier 2 to route; default 15s.
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger // default: discard
+	// TracerProvider records both tiers' spans (docs/tracing.md); nil:
+	// no tracing. The caller shuts it down after Close.
+	TracerProvider trace.TracerProvider
 }
 
 // ClusterInfo is a running Tier 1 cluster.
@@ -142,7 +147,7 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	st.AdminURL = "http://" + adminLn.Addr().String()
 
 	for _, c := range opts.Clusters {
-		info, err := st.startCluster(ctx, c, opts.TimeScale, opts.ReadyTimeout, log.With("cluster", c.Name))
+		info, err := st.startCluster(ctx, c, opts, log.With("cluster", c.Name))
 		if err != nil {
 			return st, fmt.Errorf("devstack: cluster %s: %w", c.Name, err)
 		}
@@ -159,9 +164,9 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 }
 
 // startCluster starts a cluster's simulated pods and its Tier 1 router.
-func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64, readyTimeout time.Duration, log *slog.Logger) (ClusterInfo, error) {
+func (st *Stack) startCluster(ctx context.Context, c Cluster, opts Options, log *slog.Logger) (ClusterInfo, error) {
 	info := ClusterInfo{Cluster: c}
-	f, err := fleet.Start(ctx, fleet.Config{TimeScale: timeScale, Host: "127.0.0.1", Pods: c.Pods, Logger: log.With("component", "sim")})
+	f, err := fleet.Start(ctx, fleet.Config{TimeScale: opts.TimeScale, Host: "127.0.0.1", Pods: c.Pods, Logger: log.With("component", "sim")})
 	if err != nil {
 		return info, err
 	}
@@ -189,7 +194,8 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64,
 	if err := cfg.Validate(); err != nil {
 		return info, fmt.Errorf("tier1 config: %w", err)
 	}
-	srv, err := tier1server.New(ctx, &cfg, tier1server.Options{Logger: log.With("component", "tier1"), ShutdownTimeout: 5 * time.Second})
+	srv, err := tier1server.New(ctx, &cfg, tier1server.Options{Logger: log.With("component", "tier1"), ShutdownTimeout: 5 * time.Second,
+		TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return info, err
 	}
@@ -203,7 +209,7 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, timeScale float64,
 	// Tier 2 is ready once it sees a cluster, which can be before that
 	// cluster's Tier 1 has scraped a pod; a first request in that gap would
 	// get a 502. Wait for Tier 1 to route too.
-	if err := waitReady(ctx, info.URL+"/ready", readyTimeout); err != nil {
+	if err := waitReady(ctx, info.URL+"/ready", opts.ReadyTimeout); err != nil {
 		return info, fmt.Errorf("tier1 not ready: %w", err)
 	}
 	return info, nil

@@ -35,7 +35,8 @@ func (st *Stack) tier2Config(ln, adminLn net.Listener, opts Options) server.Conf
 // startTier2 builds Tier 2 through tier2/server, as `infergate tier2` does,
 // and serves it on the stack's listeners until ctx ends.
 func (st *Stack) startTier2(ctx context.Context, ln, adminLn net.Listener, opts Options, log *slog.Logger) error {
-	srv, err := server.New(ctx, st.tier2Config(ln, adminLn, opts), server.Options{Logger: log, ShutdownTimeout: 5 * time.Second})
+	srv, err := server.New(ctx, st.tier2Config(ln, adminLn, opts), server.Options{Logger: log, ShutdownTimeout: 5 * time.Second,
+		TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return err
 	}

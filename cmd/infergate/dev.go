@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/devstack"
+	"github.com/infergate/infergate/shared/tracing"
 )
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -22,6 +23,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	apiKey := fs.String("api-key", "", "API key of the dev tenant (default: generated)")
 	adminToken := fs.String("admin-token", "", "admin API token (default: generated)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	traceConsole := fs.Bool("trace-console", false, "print every request's OpenTelemetry spans (both tiers) to stdout as JSON (docs/tracing.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: infergate dev [flags]")
 		fmt.Fprintln(stderr)
@@ -45,11 +47,23 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
+	tcfg := tracing.Config{}
+	if *traceConsole {
+		tcfg.Exporter = tracing.ExporterConsole
+	}
+	tp, err := tracing.New(ctx, tcfg, tracing.Options{ServiceName: "infergate-dev", Console: stdout})
+	if err != nil {
+		return err
+	}
+	// After the stack has stopped: its last spans are flushed.
+	defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+
 	start := time.Now()
 	st, err := devstack.Start(ctx, devstack.Options{
 		Listen:      net.JoinHostPort("127.0.0.1", strconv.Itoa(*port)),
 		AdminListen: net.JoinHostPort("127.0.0.1", strconv.Itoa(*adminPort)),
 		TimeScale:   *timeScale, APIKey: *apiKey, AdminToken: *adminToken, Logger: log,
+		TracerProvider: tp,
 	})
 	if err != nil {
 		return err

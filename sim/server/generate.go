@@ -169,7 +169,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, d dialec
 	}
 	s.metrics.observeArrival()
 	s.log.Debug("request accepted", "id", j.id, "model", req.Model, "prompt_tokens", len(toks),
-		"max_tokens", maxTokens, "stream", req.Stream)
+		"max_tokens", maxTokens, "stream", req.Stream, "traceparent", r.Header.Get("Traceparent"))
 	if j.stream {
 		s.streamJob(w, r, j)
 	} else {

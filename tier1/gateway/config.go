@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/scrape"
 )
@@ -60,6 +61,10 @@ type Config struct {
 	// Pods (tier1/kube, docs/deploy.md). Read at start; a change needs a
 	// restart.
 	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+
+	// Tracing exports OpenTelemetry spans (docs/tracing.md); off by
+	// default. Read at start; a change needs a restart.
+	Tracing tracing.Config `yaml:"tracing"`
 }
 
 // KubernetesConfig is Kubernetes pod discovery; it is on when Sources is
@@ -310,6 +315,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Scheduler.Validate(); err != nil {
 		add("scheduler: %w", err)
+	}
+	if err := c.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 
 	pools := map[string]*PoolConfig{}

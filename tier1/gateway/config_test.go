@@ -62,6 +62,9 @@ func TestValidate(t *testing.T) {
 		{"bad scorer", base + "scheduler: {scorers: [{name: magic, weight: 1}]}\n", `unknown scorer "magic"`},
 		{"negative timeout", base + "timeouts: {connect: -1s}\n", "timeouts.connect"},
 		{"zero attempts", base + "retry: {max_attempts: -1}\n", "max_attempts"},
+		{"tracing otlp ok", base + "tracing: {exporter: otlp, endpoint: 'http://collector:4318', sample_ratio: 0.1}\n", ""},
+		{"tracing bad exporter", base + "tracing: {exporter: zipkin}\n", `tracing.exporter "zipkin"`},
+		{"tracing unknown key", base + "tracing: {exporter: console, ratio: 1}\n", "ratio"},
 		{"adapter clashes with model", "auth: {disabled: true}\npools: [{name: a, model: m}, {name: b, model: n, adapters: [m]}]\n", `adapter "m"`},
 	}
 	for _, tt := range tests {

@@ -31,10 +31,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/scrape"
 )
@@ -53,6 +55,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Rand seeds the scheduler's tie-breaks; nil is random.
 	Rand *rand.Rand
+	// TracerProvider records the request path's spans
+	// (docs/tracing.md); nil turns tracing off.
+	TracerProvider trace.TracerProvider
 }
 
 // Gateway is the Tier 1 router. Create it with New; it is an http.Handler.
@@ -66,6 +71,7 @@ type Gateway struct {
 	transport http.RoundTripper
 	mux       *http.ServeMux
 	opts      Options
+	tracer    tracing.Tracer
 
 	state atomic.Pointer[state]
 
@@ -148,6 +154,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		reg:    opts.Registry,
 		opts:   opts,
 		queues: map[string]*waitQueue{},
+		tracer: tracing.NewTracer(opts.TracerProvider, tracerName),
 	}
 	g.m = newMetrics(g.reg)
 	// Prefix-index writes run off the request path (see RecordAsync).

@@ -38,6 +38,8 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *state, ep endpoint, trusted bool) {
 	start := time.Now()
 	cfg := st.cfg
+	r = g.traceRequest(r, trusted)
+	defer endRequest(r)
 	// One ID for the request at the pod, in every log line and in the
 	// answer (errors too): the caller's when well-formed, else a new one.
 	id := openai.RequestID(r.Header.Get(openai.HeaderRequestID))
@@ -276,7 +278,7 @@ func (g *Gateway) dispatch(ctx context.Context, c *proxyCall, ranked []*picker.P
 		// attempt that outlives the budget relays its pod's error instead.
 		hasNext := i+1 < attempts
 		canRetry := func() bool { return hasNext && time.Now().Before(budgetEnd) }
-		last = g.attempt(ctx, c, pod, canRetry)
+		last = g.tracedAttempt(ctx, c, pod, i+1, canRetry)
 		if last == nil {
 			return
 		}
@@ -323,11 +325,11 @@ func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, ca
 	if err != nil {
 		return &attemptError{"connect", err}
 	}
-	out.Header = c.header
+	out.Header = g.upstreamHeader(actx, c.header)
 	out.ContentLength = int64(len(c.data))
 
 	ft := firstToken{g: g, req: c.req, pool: c.pool.cfg.Name, start: c.start, dispatched: time.Now(),
-		end: openai.StreamEnder{API: openai.APIForPath(c.r.URL.Path)}}
+		end: openai.StreamEnder{API: openai.APIForPath(c.r.URL.Path)}, span: g.traceSpan(ctx)}
 	g.tracker.Dispatched(pod.Name, c.req)
 	defer func() {
 		g.tracker.Done(pod.Name, c.req)
@@ -347,6 +349,7 @@ func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, ca
 		return &attemptError{"connect", err}
 	}
 	defer resp.Body.Close()
+	traceStatus(ctx, resp.StatusCode)
 	if (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests) && canRetry() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return &attemptError{"status_" + statusClass(resp.StatusCode), fmt.Errorf("status %d", resp.StatusCode)}

@@ -36,7 +36,9 @@ func (g *Gateway) route(ctx context.Context, st *state, in routeInput, cb *cycle
 	admission.Prompt(req, body.CacheSalt, body.promptBytes(in.ep))
 	cb.hashes = req.BlockHashes
 
-	d := g.admit(ctx, st, pool, req, cb)
+	actx, sp := g.startAdmission(ctx, req, pool)
+	d := g.admit(actx, st, pool, req, cb)
+	endAdmission(sp, d)
 	switch d.Action {
 	case admission.Dispatch:
 		g.recordScores(st, &cb.res)
@@ -52,7 +54,7 @@ func (g *Gateway) route(ctx context.Context, st *state, in routeInput, cb *cycle
 // scheduling, and after waiting if it must wait. It returns Dispatch
 // (cb.res holds the ranking), Shed or Fail.
 func (g *Gateway) admit(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
-	d := g.arrival(st, pool, req, cb)
+	d := g.arrival(ctx, st, pool, req, cb)
 	if d.Action == admission.Wait {
 		d = g.waitForCapacity(ctx, st, pool, req, cb)
 	}
@@ -61,18 +63,21 @@ func (g *Gateway) admit(ctx context.Context, st *state, pool *poolState, req *pi
 
 // arrival is the decision for a request that just arrived: queue behind
 // waiters of equal or higher priority, or schedule now and decide.
-func (g *Gateway) arrival(st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
+func (g *Gateway) arrival(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
 	d := admission.Arrive(req, pool.queue.ahead(req.Priority))
 	if d.Action == admission.Schedule {
-		d = admission.Decide(req, g.schedule(st, pool, req, cb))
+		d = admission.Decide(req, g.schedule(ctx, st, pool, req, cb))
 	}
 	return d
 }
 
 // schedule runs one scheduling cycle on a fresh snapshot of the pool.
-func (g *Gateway) schedule(st *state, pool *poolState, req *picker.Request, cb *cycleBuf) error {
+func (g *Gateway) schedule(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) error {
+	sp := g.startSchedule(ctx)
 	g.snapshot(st, pool, req, cb)
-	return g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
+	err := g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
+	endSchedule(sp, &cb.res, err)
+	return err
 }
 
 // waitForCapacity queues req until a pod of its pool leaves saturation,
@@ -84,7 +89,7 @@ func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolStat
 	w, ok := q.enter(req.Priority, st.cfg.Queue.MaxLen)
 	if !ok {
 		// Queue full: the best pod now, as if the wait had run out.
-		return admission.Expired(req, g.schedule(st, pool, req, cb))
+		return admission.Expired(req, g.schedule(ctx, st, pool, req, cb))
 	}
 	start := time.Now()
 	g.m.queueLen.WithLabelValues(pool.cfg.Name).Set(float64(q.len()))
@@ -92,6 +97,7 @@ func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolStat
 		q.leave(w)
 		g.m.queueLen.WithLabelValues(pool.cfg.Name).Set(float64(q.len()))
 		g.m.queueWait.WithLabelValues(pool.cfg.Name).Observe(time.Since(start).Seconds())
+		traceQueued(ctx, start)
 	}()
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
@@ -101,7 +107,7 @@ func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolStat
 	for {
 		head, wake := q.isHead(w)
 		if head {
-			if d := admission.Decide(req, g.schedule(st, pool, req, cb)); d.Action != admission.Wait {
+			if d := admission.Decide(req, g.schedule(ctx, st, pool, req, cb)); d.Action != admission.Wait {
 				return d
 			}
 		}
@@ -109,7 +115,7 @@ func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolStat
 		case <-wake:
 		case <-tick.C:
 		case <-deadline.C:
-			return admission.Expired(req, g.schedule(st, pool, req, cb))
+			return admission.Expired(req, g.schedule(ctx, st, pool, req, cb))
 		case <-ctx.Done():
 			return admission.Decide(req, ctx.Err())
 		}

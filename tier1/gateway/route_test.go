@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 				defer pool.queue.leave(w)
 			}
 			cb := &cycleBuf{}
-			if got := e.gw.arrival(st, pool, req, cb).Action; got != tc.Want {
+			if got := e.gw.arrival(context.Background(), st, pool, req, cb).Action; got != tc.Want {
 				t.Errorf("decision %v, want %v", got, tc.Want)
 			}
 		})

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier1/picker"
 )
@@ -131,6 +133,7 @@ type firstToken struct {
 	scan       tokenScanner
 	seen       bool
 	end        openai.StreamEnder // follows the stream to end a broken one in its shape
+	span       trace.Span         // the attempt's, when tracing (trace.go)
 }
 
 // observe looks at the next response chunk; force counts it as the first
@@ -152,6 +155,7 @@ func (f *firstToken) observe(pod string, chunk []byte, force bool) {
 	f.scan.buf = nil
 	f.g.tracker.FirstToken(pod, f.req, time.Since(f.dispatched))
 	f.g.m.ttft.WithLabelValues(f.req.Model, f.pool).Observe(time.Since(f.start).Seconds())
+	traceFirstToken(f.span, f.start)
 }
 
 // endsStream reports whether a chunk of an event stream ends with the

@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/gateway"
 	"github.com/infergate/infergate/tier1/kube"
@@ -49,6 +51,10 @@ type Options struct {
 	// PeersListener, when set, receives peer replicas' state instead of a
 	// listener opened on the config's peers.listen.
 	PeersListener net.Listener
+	// TracerProvider, when set, records Tier 1's spans instead of one
+	// built from the config's tracing block (the caller then owns its
+	// shutdown).
+	TracerProvider trace.TracerProvider
 }
 
 // Server is a configured Tier 1, ready to Serve. Close releases it.
@@ -58,6 +64,8 @@ type Server struct {
 	opts Options
 	gw   *gateway.Gateway
 	node *peers.Node // nil unless peers.listen is set
+	// traces is the provider built from cfg.Tracing; nil when given.
+	traces *tracing.Provider
 }
 
 // New builds Tier 1 from cfg (defaults applied, validated). Scraping starts
@@ -72,11 +80,24 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 	if opts.ExtProc.Logger == nil {
 		opts.ExtProc.Logger = opts.Logger
 	}
-	gw, err := gateway.New(ctx, cfg, gateway.Options{Logger: opts.Logger, ConfigPath: opts.ConfigPath})
+	tp := opts.TracerProvider
+	var traces *tracing.Provider
+	if tp == nil {
+		var err error
+		if traces, err = tracing.New(ctx, cfg.Tracing, tracing.Options{ServiceName: "infergate-tier1"}); err != nil {
+			return nil, err
+		}
+		tp = traces
+		if cfg.Tracing.Enabled() {
+			opts.Logger.Info("tracing on", "exporter", cfg.Tracing.Exporter)
+		}
+	}
+	gw, err := gateway.New(ctx, cfg, gateway.Options{Logger: opts.Logger, ConfigPath: opts.ConfigPath, TracerProvider: tp})
 	if err != nil {
+		_ = traces.Shutdown(ctx)
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw}
+	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw, traces: traces}
 	if cfg.Peers.Enabled() {
 		if s.node, err = newPeers(cfg, gw, opts.Logger); err != nil {
 			gw.Close()
@@ -150,8 +171,16 @@ func (s *Server) Peers() *peers.Node { return s.node }
 // Gateway is the proxy, for callers that need its handler or its picks.
 func (s *Server) Gateway() *gateway.Gateway { return s.gw }
 
-// Close stops scraping and releases the gateway.
-func (s *Server) Close() { s.gw.Close() }
+// Close stops scraping, releases the gateway and flushes the spans still
+// buffered (briefly: a collector that is down must not hold up the exit).
+func (s *Server) Close() {
+	s.gw.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.traces.Shutdown(ctx); err != nil {
+		s.log.Warn("tracing: flushing spans failed", "err", err)
+	}
+}
 
 // Serve serves the OpenAI-compatible proxy on ln and, when extProcLn is not
 // nil, the ext_proc endpoint picker on it, until ctx ends; then both drain

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/route"
@@ -35,6 +37,7 @@ type exchange struct {
 	usage   *usage
 	relayed int                // stream events relayed to the client, for cancelledTokens
 	served  *discovery.Cluster // the cluster whose answer reached the client
+	span    trace.Span         // the current attempt's, when tracing (trace.go)
 }
 
 // attemptResult says whether the exchange is over or may move on to the
@@ -74,7 +77,9 @@ func (x *exchange) run(plan []route.Candidate, start time.Time) *usage {
 			g.mFailovers.Inc()
 		}
 		attempts++
+		sp := x.startAttempt(cand, attempts)
 		res, err := x.attempt(cand, a)
+		x.endAttempt(sp, res, err)
 		a.Done(err)
 		if res == resultDone {
 			return x.usage
@@ -206,6 +211,7 @@ func (x *exchange) send(tr *try) (*http.Response, error) {
 	}
 	req.Header.Set(openai.HeaderRequestID, x.requestID)
 	req.Header.Set("X-Infergate-Tenant", x.t.ID)
+	x.injectTrace(req.Header)
 	tr.sent = time.Now()
 	return x.g.opts.Transport.RoundTrip(req)
 }

@@ -34,9 +34,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/route"
 	"github.com/infergate/infergate/tier2/tenant"
@@ -120,6 +122,9 @@ type Options struct {
 	// Default: a private registry.
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
+	// TracerProvider records the request's spans (docs/tracing.md); nil
+	// turns tracing off.
+	TracerProvider trace.TracerProvider
 }
 
 func (o *Options) setDefaults() {
@@ -196,6 +201,8 @@ type Gateway struct {
 	mLimited   *prometheus.CounterVec
 	mTokens    *prometheus.CounterVec
 	mCost      *prometheus.CounterVec
+
+	tracer tracing.Tracer
 }
 
 // New builds a Gateway.
@@ -208,8 +215,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	opts.setDefaults()
 	g := &Gateway{
-		opts: opts,
-		log:  opts.Logger.With("component", "gateway"),
+		opts:   opts,
+		log:    opts.Logger.With("component", "gateway"),
+		tracer: tracing.NewTracer(opts.TracerProvider, tracerName),
 		mRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "infergate_tier2_requests_total",
 			Help: "Requests answered by Tier 2, by endpoint and HTTP status.",
@@ -404,6 +412,8 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	w.Header().Set(openai.HeaderRequestID, id)
 	log := g.log.With("request_id", id)
 	defer g.observe(w, endpoint, start)
+	r = g.traceRequest(r, endpoint)
+	defer endRequest(r, w)
 	// The body must arrive in BodyReadTimeout, whoever sends it.
 	rc := http.NewResponseController(rw)
 	_ = rc.SetReadDeadline(start.Add(g.opts.BodyReadTimeout))
@@ -412,7 +422,9 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		openai.Errorf(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 		return
 	}
+	sp := g.step(r, "tier2.auth")
 	t, ok := g.authenticate(w, r)
+	endAuth(sp, r, w, t, ok)
 	if !ok {
 		return
 	}
@@ -427,14 +439,19 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	traceModel(r, req.Model, req.Stream)
+	sp = g.step(r, "tier2.route")
 	plan, ok := g.plan(w, t, req.Model)
+	endRoute(sp, w, plan, ok)
 	if !ok {
 		return
 	}
 
 	// Admission after planning: a request we cannot route costs no quota.
 	est := estimateTokens(body, req, g.opts.DefaultMaxTokens, endpoint)
+	sp = g.step(r, "tier2.limits")
 	finish, ok := g.admit(w, r, log, t, req.Model, est)
+	endStep(sp, w, ok)
 	if !ok {
 		return
 	}
@@ -457,6 +474,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		requestID: id, log: log,
 	}
 	u := x.run(plan, start)
+	traceUsage(r, u)
 	if u == nil && r.Context().Err() != nil {
 		log.Info("client cancelled the request", "tenant", t.ID, "model", req.Model, "relayed_events", x.relayed)
 		// The client left before any usage arrived: charge what was

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/route"
 	"github.com/infergate/infergate/tier2/tenant"
@@ -34,6 +35,8 @@ type Config struct {
 
 	Server  ServerConfig  `yaml:"server"`  // what a client may hold of the API and admin listeners
 	Metrics MetricsConfig `yaml:"metrics"` // the /metrics listener
+	// Tracing exports OpenTelemetry spans (docs/tracing.md); off by default.
+	Tracing tracing.Config `yaml:"tracing"`
 }
 
 // ServerConfig bounds what one client may hold of Tier 2: every listener
@@ -218,6 +221,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Admin.Listen != "" && c.Admin.Token == "" && c.Admin.TokenEnv == "" {
 		errs = append(errs, errors.New("admin.token or admin.token_env is required when admin.listen is set"))
+	}
+	if err := c.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

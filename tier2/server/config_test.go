@@ -33,6 +33,9 @@ func TestConfigErrors(t *testing.T) {
 		{"admin without token", "region: r\nconsul: {}\nadmin: {listen: '127.0.0.1:0'}", "admin.token"},
 		{"redis without address", "region: r\nconsul: {}\nredis: {db: 1}", "redis.addresses"},
 		{"spill threshold", "region: r\nconsul: {}\nrouting: {spill_threshold: 2}", "spill_threshold"},
+		{"tracing exporter", "region: r\nconsul: {}\ntracing: {exporter: stdout}", `tracing.exporter "stdout"`},
+		{"tracing ratio", "region: r\nconsul: {}\ntracing: {exporter: otlp, sample_ratio: 2}", "tracing.sample_ratio"},
+		{"tracing unknown key", "region: r\nconsul: {}\ntracing: {exporter: otlp, insecure: true}", "insecure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg Config

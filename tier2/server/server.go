@@ -26,7 +26,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/admin"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/gateway"
@@ -46,6 +48,9 @@ type Options struct {
 	// streams, mostly) get after Serve's context ends; then connections
 	// are cut. Default 30s.
 	ShutdownTimeout time.Duration
+	// TracerProvider, when set, records Tier 2's spans instead of one
+	// built from Config.Tracing (the caller then owns its shutdown).
+	TracerProvider trace.TracerProvider
 }
 
 // Server is a configured Tier 2, ready to Serve. Close releases it.
@@ -62,6 +67,7 @@ type Server struct {
 	gw      *gateway.Gateway
 	admin   *admin.Server // nil without an admin token
 	reg     *prometheus.Registry
+	traces  *tracing.Provider // built from Config.Tracing; nil when given in Options
 
 	served    atomic.Bool
 	closeOnce sync.Once
@@ -173,13 +179,23 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	tp := opts.TracerProvider
+	if tp == nil {
+		if s.traces, err = tracing.New(ctx, cfg.Tracing, tracing.Options{ServiceName: "infergate-tier2"}); err != nil {
+			return nil, err
+		}
+		tp = s.traces
+		if cfg.Tracing.Enabled() {
+			log.Info("tracing on", "exporter", cfg.Tracing.Exporter)
+		}
+	}
 	s.gw, err = gateway.New(gateway.Options{
 		Router: s.router, Auth: auth, Limiter: gateway.RateLimiter(s.limiter), Tier1Token: tier1Token,
 		MaxAttempts: rc.MaxAttempts, FailoverBudget: rc.FailoverBudget, FirstByteTimeout: rc.FirstByteTimeout,
 		ResponseTimeout: rc.ResponseTimeout, MaxBodyBytes: rc.MaxBodyBytes,
 		BodyReadTimeout: cfg.Server.BodyReadTimeout, StreamWriteTimeout: cfg.Server.StreamWriteTimeout,
 		MaxStreamDuration: cfg.Server.MaxStreamDuration, MaxEventBytes: cfg.Server.MaxEventBytes,
-		Registry: reg, Logger: log,
+		Registry: reg, Logger: log, TracerProvider: tp,
 	})
 	if err != nil {
 		return nil, err
@@ -329,6 +345,13 @@ func (s *Server) Close() error {
 		}
 		if s.rdb != nil {
 			errs = append(errs, s.rdb.Close())
+		}
+		if s.traces != nil {
+			// Flush the spans still buffered, briefly: a collector that is
+			// down must not hold up the exit.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, s.traces.Shutdown(ctx))
+			cancel()
 		}
 		s.closeErr = errors.Join(errs...)
 	})
