@@ -60,6 +60,9 @@ type loadSpec struct {
 	servedHeader string // response header naming who served it
 	limited      bool   // a 429 is an expected answer, not a failure
 	timeout      time.Duration
+	// body, when set, is request i's JSON body (it must set "stream" to
+	// stream); default a short chat completion unique to i.
+	body func(i int, stream bool) string
 }
 
 // loadRun is a load in progress.
@@ -138,8 +141,13 @@ func (l *loadRun) one(ctx context.Context, client *http.Client, i int, stream bo
 	defer func() { r.end = time.Since(l.began) }()
 	ctx, cancel := context.WithTimeout(ctx, l.spec.timeout)
 	defer cancel()
-	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"Request %d of %s: say something about GPUs."}],"max_tokens":%d,"stream":%t}`,
-		l.spec.model, i, l.spec.name, l.spec.maxTokens, stream)
+	var body string
+	if l.spec.body != nil {
+		body = l.spec.body(i, stream)
+	} else {
+		body = fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"Request %d of %s: say something about GPUs."}],"max_tokens":%d,"stream":%t}`,
+			l.spec.model, i, l.spec.name, l.spec.maxTokens, stream)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.spec.url+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		r.outcome, r.detail = failedBeforeStream, err.Error()

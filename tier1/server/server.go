@@ -328,11 +328,13 @@ func Registration(cfg *Config, addr *net.TCPAddr) (register.Registration, *api.C
 		scheme = "http"
 	}
 	// One instance per router replica: several replicas of one cluster's
-	// Tier 1 must not overwrite each other's registration.
+	// Tier 1 must not overwrite each other's registration, also when they
+	// share a host (distinct ports).
 	id := cluster.ServiceName + "-" + cfg.Cluster
 	if hn, err := os.Hostname(); err == nil && hn != "" {
 		id += "-" + hn
 	}
+	id += "-" + strconv.Itoa(port)
 	return register.Registration{
 		ID:            id,
 		Address:       host,

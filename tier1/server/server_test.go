@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -51,7 +52,7 @@ func TestRegistration(t *testing.T) {
 			if !strings.HasPrefix(reg.ID, "infergate-tier1-east-a") {
 				t.Errorf("id = %q", reg.ID)
 			}
-			if hn, _ := os.Hostname(); hn != "" && !strings.HasSuffix(reg.ID, "-"+hn) {
+			if hn, _ := os.Hostname(); hn != "" && !strings.HasSuffix(reg.ID, fmt.Sprintf("-%s-%d", hn, tt.wantPort)) {
 				t.Errorf("id %q does not name the replica's host %q", reg.ID, hn)
 			}
 			if !strings.HasSuffix(reg.CheckHTTP, "/ready") || reg.Cost != 2.5 || reg.CostUnit != "mtok" || reg.Capacity != 64 {
