@@ -36,6 +36,7 @@ type exchange struct {
 
 	usage   *usage
 	relayed int                // stream events relayed to the client, for cancelledTokens
+	broken  bool               // the stream was cut after bytes reached the client
 	served  *discovery.Cluster // the cluster whose answer reached the client
 	span    trace.Span         // the current attempt's, when tracing (trace.go)
 }

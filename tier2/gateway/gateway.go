@@ -482,6 +482,9 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		// docs/tier2-limits.md, "Cancelled requests").
 		est = cancelledTokens(body, x.relayed)
 	}
+	if x.broken {
+		u = brokenUsage(u, body, x.relayed)
+	}
 	finish(g.account(t, x.served, u, est))
 }
 

@@ -319,7 +319,8 @@ func TestAllClustersFailing(t *testing.T) {
 func TestNoRetryAfterBytes(t *testing.T) {
 	a := newTier1(t, "a", "east", "m")
 	b := newTier1(t, "b", "east", "m")
-	s := newStack(t, stackOpts{src: static(t, a.cluster(1, 100), b.cluster(2, 100))})
+	lim := &fakeLimiter{}
+	s := newStack(t, stackOpts{src: static(t, a.cluster(1, 100), b.cluster(2, 100)), gateway: func(o *gateway.Options) { o.Limiter = lim }})
 	a.mode.Store("die-after-first")
 	r := s.do(t, "key-cost", "/v1/chat/completions", `{"model":"m","stream":true}`)
 	if r.code != 200 || !strings.Contains(r.body, "a-0") || strings.Contains(r.body, "[DONE]") {
@@ -334,6 +335,12 @@ func TestNoRetryAfterBytes(t *testing.T) {
 	}
 	if n := s.metric(t, "infergate_tier2_attempts_total", map[string]string{"cluster": "a", "outcome": "failure"}); n != 1 {
 		t.Errorf("a's broken stream counted %v failures, want 1", n)
+	}
+	// Charged like a cancelled request: the prompt estimate of the body
+	// Tier 1 got plus the one event relayed, not the max_tokens bound.
+	_, sent := a.lastRequest()
+	if got, want := lim.lastFinished(), len(sent)/4+1+1; len(got) != 1 || got[0] != want {
+		t.Errorf("broken stream charged %v, want [%d]", got, want)
 	}
 }
 

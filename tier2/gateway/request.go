@@ -122,3 +122,24 @@ func withIncludeUsage(body []byte) ([]byte, error) {
 	m["stream_options"] = raw
 	return json.Marshal(m)
 }
+
+// brokenUsage is what a stream cut mid-way (upstream broke off, or the
+// stream outlived its maximum duration) is charged: like a cancelled
+// request, the prompt plus one token per relayed event, never the whole
+// max_tokens bound. The prompt count is the engine's when the stream gave
+// one (Anthropic's message_start, or a usage chunk), else the estimate; a
+// usage that already counts more is kept.
+func brokenUsage(u *usage, body []byte, relayed int) *usage {
+	b := usage{PromptTokens: len(body)/4 + 1, CompletionTokens: max(relayed, 0)}
+	if u == nil {
+		return &b
+	}
+	if u.PromptTokens > 0 {
+		b.PromptTokens = u.PromptTokens
+	}
+	b.CompletionTokens = max(b.CompletionTokens, u.CompletionTokens)
+	if u.total() > b.total() {
+		return u
+	}
+	return &b
+}

@@ -153,3 +153,23 @@ func TestCancelledTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestBrokenUsage(t *testing.T) {
+	body := make([]byte, 400) // estimate 101
+	for _, tc := range []struct {
+		name    string
+		u       *usage
+		relayed int
+		want    int
+	}{
+		{"no usage", nil, 5, 106},
+		{"engine's prompt count", &usage{PromptTokens: 40, CompletionTokens: 1}, 5, 45},
+		{"more completion than events", &usage{PromptTokens: 40, CompletionTokens: 9}, 5, 49},
+		{"full usage kept", &usage{PromptTokens: 40, CompletionTokens: 30, TotalTokens: 70}, 5, 70},
+		{"negative relayed", nil, -2, 101},
+	} {
+		if got := brokenUsage(tc.u, body, tc.relayed).total(); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -73,6 +73,7 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 			return resultDone, route.ErrClientCanceled
 		case expired.Load():
 			// The client's doing, not the cluster's: not held against it.
+			x.broken = true
 			_ = x.writeEvent(rc, end.ErrorEvent(http.StatusGatewayTimeout, "stream_too_long", fmt.Sprintf("the stream exceeded its maximum duration of %v", opts.MaxStreamDuration)))
 			return resultDone, nil
 		}
@@ -82,6 +83,7 @@ func (x *exchange) relayStream(tr *try, resp *http.Response) (attemptResult, err
 		if errors.Is(err, errEventTooLarge) {
 			code, msg = "upstream_event_too_large", fmt.Sprintf("upstream sent an event over %d bytes", opts.MaxEventBytes)
 		}
+		x.broken = true
 		_ = x.writeEvent(rc, end.ErrorEvent(http.StatusBadGateway, code, msg))
 		return resultDone, fmt.Errorf("stream broken: %w", err)
 	}
