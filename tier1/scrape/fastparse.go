@@ -3,6 +3,7 @@ package scrape
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,19 @@ func Parse(engine string, r io.Reader) (Sample, error) {
 	defer parserPool.Put(p)
 	p.reset(r)
 	if err := p.run(); err != nil {
+		return Sample{}, err
+	}
+	return p.sample(engine)
+}
+
+// parsePage is Parse on a page already in memory (the scraper reads a whole
+// response into a reused buffer): no bufio copy, lines are sliced in place.
+// page is only read during the call.
+func parsePage(engine string, page []byte) (Sample, error) {
+	p := parserPool.Get().(*fastParser)
+	defer parserPool.Put(p)
+	p.reset(nil)
+	if err := p.runBytes(page); err != nil {
 		return Sample{}, err
 	}
 	return p.sample(engine)
@@ -150,6 +164,23 @@ func (p *fastParser) run() error {
 	}
 }
 
+// runBytes is run over a page in memory; it numbers lines the same way.
+func (p *fastParser) runBytes(b []byte) error {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		p.line++
+		if err := p.parseLine(line); err != nil {
+			return fmt.Errorf("parse metrics: line %d: %w", p.line, err)
+		}
+	}
+	return nil
+}
+
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 
 func skipBlank(b []byte, i int) int {
@@ -158,26 +189,6 @@ func skipBlank(b []byte, i int) int {
 	}
 	return i
 }
-
-// mayBeWanted is the cheap first test on a metric name, before the map
-// probe: a wanted family has one of a few lengths and starts with "vllm:",
-// "sglang:" or "tgi_".
-func mayBeWanted(name []byte) bool {
-	n := len(name)
-	return n < 64 && wantedLens&(1<<n) != 0 && (name[0] == 'v' || name[0] == 's' || name[0] == 't')
-}
-
-// wantedLens has bit n set when some wanted family name is n bytes long.
-var wantedLens = func() uint64 {
-	var m uint64
-	for _, n := range wantedList {
-		if len(n) >= 64 {
-			panic("scrape: wanted metric name too long for wantedLens: " + n)
-		}
-		m |= 1 << len(n)
-	}
-	return m
-}()
 
 func (p *fastParser) parseLine(line []byte) error {
 	i := skipBlank(line, 0)
@@ -189,28 +200,67 @@ func (p *fastParser) parseLine(line []byte) error {
 		return nil
 	}
 	// A wanted family's sample line starts with its name followed by '{'
-	// or a blank. Most lines start with 'v' in a vLLM page, so this
-	// tries the few wanted names with that first byte, each rejected by
-	// one byte (the delimiter) before any comparison.
-	rest := line[i:]
-	for _, w := range byFirstByte[rest[0]] {
-		if len(rest) > len(w.name) && (rest[len(w.name)] == '{' || isBlank(rest[len(w.name)])) &&
-			string(rest[:len(w.name)]) == w.name {
-			return p.parseSample(w.idx, line, i+len(w.name))
-		}
+	// or a blank.
+	if fi, n := wantedPrefix(line[i:], true); fi >= 0 {
+		return p.parseSample(fi, line, i+n)
 	}
 	return nil
+}
+
+// wantedPrefix returns the slot and length of the wanted family whose name
+// starts b followed by a blank, a '{' (when brace is set) or the end of a
+// TYPE line, or -1. Every wanted name is at least 8 bytes long: the first 8
+// bytes of b, as one word, pick the few names that start with them (most
+// lines of a vLLM page, "vllm:req...", "vllm:tim...", match none), and only
+// those are compared.
+func wantedPrefix(b []byte, brace bool) (int, int) {
+	if len(b) < 8 {
+		return -1, 0
+	}
+	w := binary.LittleEndian.Uint64(b)
+	for _, c := range byWord[wordSlot(w)] {
+		if c.word != w {
+			continue
+		}
+		n := len(c.name)
+		switch {
+		case len(b) < n:
+			continue
+		case len(b) == n:
+			if brace { // a sample line needs a value after the name
+				continue
+			}
+		case b[n] == '{':
+			if !brace {
+				continue
+			}
+		case !isBlank(b[n]):
+			continue
+		}
+		if string(b[8:n]) == c.name[8:] {
+			return c.idx, n
+		}
+	}
+	return -1, 0
 }
 
 type wantedName struct {
 	name string
 	idx  int
+	word uint64 // the name's first 8 bytes, little-endian
 }
 
-// byFirstByte lists the wanted families by the first byte of their name.
-var byFirstByte = func() (t [256][]wantedName) {
+// wordSlot hashes a name's first 8 bytes to a slot of byWord.
+func wordSlot(w uint64) int { return int((w * 0x9e3779b97f4a7c15) >> 58) }
+
+// byWord lists the wanted families by the slot of their first 8 bytes.
+var byWord = func() (t [64][]wantedName) {
 	for i, n := range wantedList {
-		t[n[0]] = append(t[n[0]], wantedName{n, i})
+		if len(n) < 8 {
+			panic("scrape: wanted metric name shorter than 8 bytes: " + n)
+		}
+		w := binary.LittleEndian.Uint64([]byte(n))
+		t[wordSlot(w)] = append(t[wordSlot(w)], wantedName{n, i, w})
 	}
 	return t
 }()
@@ -218,22 +268,22 @@ var byFirstByte = func() (t [256][]wantedName) {
 // parseComment notes the TYPE of wanted families; HELP and other comments
 // carry nothing the router reads.
 func (p *fastParser) parseComment(b []byte) {
-	if len(b) == 0 || !isBlank(b[0]) {
+	if len(b) < 2 || !isBlank(b[0]) {
 		return // "#TYPE" is a plain comment to expfmt
 	}
+	if b[1] == 'H' {
+		return // "# HELP", a third of a vLLM page
+	}
 	b = b[skipBlank(b, 0):]
-	if !bytes.HasPrefix(b, []byte("TYPE")) || len(b) == 4 || !isBlank(b[4]) {
+	if len(b) < 5 || b[0] != 'T' || string(b[:4]) != "TYPE" || !isBlank(b[4]) {
 		return
 	}
-	name, b := token(b[skipBlank(b, 4):])
-	if !mayBeWanted(name) {
+	b = b[skipBlank(b, 4):]
+	fi, n := wantedPrefix(b, false)
+	if fi < 0 {
 		return
 	}
-	fi, ok := famIndex[string(name)]
-	if !ok {
-		return
-	}
-	typ, _ := token(b[skipBlank(b, 0):])
+	typ, _ := token(b[skipBlank(b, n):])
 	switch {
 	case len(typ) == 0: // expfmt leaves the family untyped
 	case bytes.EqualFold(typ, []byte("counter")), bytes.EqualFold(typ, []byte("gauge")), bytes.EqualFold(typ, []byte("untyped")):

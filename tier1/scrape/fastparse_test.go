@@ -42,6 +42,11 @@ func sameAsReference(t *testing.T, engine string, page []byte) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("engine %q:\n Parse     %+v\n reference %+v\npage:\n%q", engine, got, want, page)
 	}
+	// The in-memory path the scraper uses gives the same answers.
+	inMem, err := parsePage(engine, page)
+	if err != nil || !reflect.DeepEqual(inMem, want) {
+		t.Fatalf("engine %q:\n parsePage %+v (%v)\n reference %+v\npage:\n%q", engine, inMem, err, want, page)
+	}
 }
 
 func TestParseMatchesExpfmt(t *testing.T) {
@@ -139,6 +144,7 @@ func BenchmarkParse(b *testing.B) {
 	}{
 		{"expfmt", func(e string, r *bytes.Reader) (Sample, error) { return parseExpfmt(e, r) }},
 		{"fast", func(e string, r *bytes.Reader) (Sample, error) { return Parse(e, r) }},
+		{"page", func(e string, _ *bytes.Reader) (Sample, error) { return parsePage(e, page) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(page)))
