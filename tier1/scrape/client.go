@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -26,12 +25,14 @@ import (
 // One goroutine (the pod's scrape loop) calls get; abort may be called from
 // any goroutine.
 type pageClient struct {
-	addr   string
-	req    []byte
-	dialer net.Dialer
+	addr    string
+	req     []byte
+	dialer  net.Dialer
+	maxBody int // bound on a page; maxPage
 
 	mu      sync.Mutex // guards conn for abort; get writes conn only under it
 	conn    net.Conn
+	sock    io.ReadWriter // conn's socket I/O (sockio_*.go)
 	aborted bool
 }
 
@@ -44,7 +45,7 @@ const (
 )
 
 var (
-	errPageTooLarge = fmt.Errorf("metrics page larger than %d bytes", maxPage)
+	errPageTooLarge = errors.New("metrics page too large")
 	errHeader       = errors.New("malformed HTTP response header")
 	errChunk        = errors.New("malformed chunked encoding")
 	errAborted      = errors.New("scraping stopped")
@@ -59,7 +60,8 @@ func newPageClient(addr string, timeout time.Duration) *pageClient {
 		addr: addr,
 		req: []byte("GET /metrics HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: infergate-scraper\r\n" +
 			"Accept: text/plain;version=0.0.4\r\nAccept-Encoding: identity\r\n\r\n"),
-		dialer: net.Dialer{Timeout: timeout},
+		dialer:  net.Dialer{Timeout: timeout},
+		maxBody: maxPage,
 	}
 }
 
@@ -97,7 +99,7 @@ func (c *pageClient) get(ctx context.Context, deadline time.Time) (response, err
 				return response{}, err
 			}
 		}
-		r := respReader{conn: c.conn, buf: (*bp)[:0]}
+		r := respReader{conn: c.sock, buf: (*bp)[:0], maxBody: c.maxBody}
 		err := c.exchange(ctx, deadline, &r, &resp)
 		*bp = r.buf[:0] // keep a grown buffer
 		if err == nil {
@@ -129,7 +131,7 @@ func (c *pageClient) exchange(ctx context.Context, deadline time.Time, r *respRe
 	if ctx.Err() != nil {
 		return errAborted
 	}
-	if _, err := c.conn.Write(c.req); err != nil {
+	if _, err := c.sock.Write(c.req); err != nil {
 		return fmt.Errorf("GET /metrics: %w", err)
 	}
 	keep, err := r.readResponse(resp)
@@ -155,7 +157,7 @@ func (c *pageClient) dial(ctx context.Context, deadline time.Time) error {
 		_ = conn.Close()
 		return errAborted
 	}
-	c.conn = conn
+	c.conn, c.sock = conn, newSockIO(conn)
 	return nil
 }
 
@@ -164,7 +166,7 @@ func (c *pageClient) close() {
 	defer c.mu.Unlock()
 	if c.conn != nil {
 		_ = c.conn.Close()
-		c.conn = nil
+		c.conn, c.sock = nil, nil
 	}
 }
 
@@ -181,16 +183,21 @@ func (c *pageClient) abort() {
 
 // respReader reads one HTTP/1.1 response from conn into buf.
 type respReader struct {
-	conn net.Conn
-	buf  []byte // bytes received (the body is decoded in place)
+	conn    io.Reader
+	buf     []byte // bytes received (the body is decoded in place)
+	maxBody int
+}
+
+func (r *respReader) tooLarge() error {
+	return fmt.Errorf("%w (over %d bytes)", errPageTooLarge, r.maxBody)
 }
 
 // more reads at least one more byte, growing buf up to the page bound.
 func (r *respReader) more() error {
 	if len(r.buf) == cap(r.buf) {
-		limit := maxHeaderBytes + maxPage + maxChunkLine
+		limit := maxHeaderBytes + r.maxBody + maxChunkLine
 		if cap(r.buf) >= limit {
-			return errPageTooLarge
+			return r.tooLarge()
 		}
 		nb := make([]byte, len(r.buf), min(max(2*cap(r.buf), initialPageBuf), limit))
 		copy(nb, r.buf)
@@ -267,8 +274,8 @@ func (r *respReader) readResponse(resp *response) (keep bool, err error) {
 			return false, err
 		}
 	case h.contentLength >= 0:
-		if h.contentLength > maxPage {
-			return false, errPageTooLarge
+		if h.contentLength > int64(r.maxBody) {
+			return false, r.tooLarge()
 		}
 		end := pos + int(h.contentLength)
 		for len(r.buf) < end {
@@ -283,8 +290,8 @@ func (r *respReader) readResponse(resp *response) (keep bool, err error) {
 	default:
 		// Delimited by the server closing the connection.
 		for {
-			if len(r.buf)-pos > maxPage {
-				return false, errPageTooLarge
+			if len(r.buf)-pos > r.maxBody {
+				return false, r.tooLarge()
 			}
 			if err := r.more(); err != nil {
 				if errors.Is(err, io.EOF) {
@@ -332,8 +339,8 @@ func (r *respReader) readHeader(pos int) (h header, next int, err error) {
 		name, value := field[:colon], bytes.Trim(field[colon+1:], " \t")
 		switch {
 		case asciiEqualFold(name, "content-length"):
-			n, perr := strconv.ParseInt(string(value), 10, 64)
-			if perr != nil || n < 0 || (h.contentLength >= 0 && n != h.contentLength) {
+			n, ok := parseContentLength(value)
+			if !ok || (h.contentLength >= 0 && n != h.contentLength) {
 				return h, 0, fmt.Errorf("%w: Content-Length %q", errHeader, truncate(value))
 			}
 			h.contentLength = n
@@ -394,8 +401,8 @@ func (r *respReader) readChunked(pos int, resp *response) (int, error) {
 		if size == 0 {
 			break
 		}
-		if int64(out-start)+size > maxPage {
-			return 0, errPageTooLarge
+		if int64(out-start)+size > int64(r.maxBody) {
+			return 0, r.tooLarge()
 		}
 		for n := int(size); n > 0; {
 			if pos == len(r.buf) {
@@ -441,6 +448,21 @@ func (r *respReader) readChunked(pos int, resp *response) (int, error) {
 	}
 	resp.body = r.buf[start:out:out]
 	return pos, nil
+}
+
+// parseContentLength reads a Content-Length value: decimal digits only.
+func parseContentLength(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // parseChunkSize reads the hexadecimal size before any chunk extension.
