@@ -41,11 +41,15 @@ func Parse(engine string, r io.Reader) (Sample, error) {
 
 // parsePage is Parse on a page already in memory (the scraper reads a whole
 // response into a reused buffer): no bufio copy, lines are sliced in place.
-// page is only read during the call.
-func parsePage(engine string, page []byte) (Sample, error) {
+// page is only read during the call. When prev (the pod's last metrics) is
+// set, adapter lists equal to prev's are shared with it rather than built
+// again: they rarely change between scrapes, and nothing writes to them.
+func parsePage(engine string, page []byte, prev *picker.Metrics) (Sample, error) {
 	p := parserPool.Get().(*fastParser)
 	defer parserPool.Put(p)
 	p.reset(nil)
+	p.prev = prev
+	defer func() { p.prev = nil }()
 	if err := p.runBytes(page); err != nil {
 		return Sample{}, err
 	}
@@ -98,6 +102,7 @@ type fastParser struct {
 	labels []labelRef
 	arena  []byte
 	line   int
+	prev   *picker.Metrics // see parsePage
 }
 
 const fastBufSize = 32 << 10
@@ -629,8 +634,8 @@ func (p *fastParser) lora(f *famAcc, out *picker.Metrics) bool {
 	s := f.series[best]
 	run, _ := p.label(s, "running_lora_adapters")
 	wait, _ := p.label(s, "waiting_lora_adapters")
-	out.ActiveAdapters = splitList(string(run))
-	out.WaitingAdapters = splitList(string(wait))
+	out.ActiveAdapters = p.adapterList(run, func(m *picker.Metrics) []string { return m.ActiveAdapters })
+	out.WaitingAdapters = p.adapterList(wait, func(m *picker.Metrics) []string { return m.WaitingAdapters })
 	if v, ok := p.label(s, "max_lora"); ok {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(v))); err == nil && n > 0 {
 			out.MaxLoras = n
@@ -638,6 +643,38 @@ func (p *fastParser) lora(f *famAcc, out *picker.Metrics) bool {
 	}
 	out.HasLoRA = true
 	return true
+}
+
+// adapterList is splitList(string(b)), or the previous scrape's list when
+// it is the same.
+func (p *fastParser) adapterList(b []byte, field func(*picker.Metrics) []string) []string {
+	if p.prev != nil && p.prev.HasLoRA {
+		if prev := field(p.prev); sameList(b, prev) {
+			return prev
+		}
+	}
+	return splitList(string(b))
+}
+
+// sameList reports whether splitList(string(b)) would equal list.
+func sameList(b []byte, list []string) bool {
+	i := 0
+	for len(b) > 0 {
+		item := b
+		if j := bytes.IndexByte(b, ','); j >= 0 {
+			item, b = b[:j], b[j+1:]
+		} else {
+			b = nil
+		}
+		if item = bytes.TrimSpace(item); len(item) == 0 {
+			continue
+		}
+		if i >= len(list) || string(item) != list[i] {
+			return false
+		}
+		i++
+	}
+	return i == len(list)
 }
 
 // labelText matches labelText in parse.go: pairs sorted, NUL-separated.
