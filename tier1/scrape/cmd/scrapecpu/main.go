@@ -96,6 +96,7 @@ func scrapeCmd(args []string) {
 	window := fs.Duration("for", 10*time.Second, "measured window")
 	engine := fs.String("engine", "vllm", "engine of every pod")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the measured window here")
+	netHTTP := fs.Bool("nethttp", false, "fetch /metrics with a net/http client (Options.Client) instead of the scraper's own")
 	_ = fs.Parse(args)
 	f, err := os.Open(*addrsPath)
 	if err != nil {
@@ -111,7 +112,16 @@ func scrapeCmd(args []string) {
 	_ = f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := scrape.New(ctx, scrape.Options{Interval: *interval})
+	opts := scrape.Options{Interval: *interval}
+	if *netHTTP {
+		// The transport the scraper used before it had its own client.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 0, 4
+		tr.DisableCompression = true
+		tr.ReadBufferSize = 64 << 10
+		opts.Client = &http.Client{Transport: tr}
+	}
+	s := scrape.New(ctx, opts)
 	s.SetTargets(targets)
 	time.Sleep(*warmup)
 	count := func() (n, errs uint64) {
