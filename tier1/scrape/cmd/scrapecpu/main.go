@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -47,6 +48,7 @@ func serve(args []string) {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	pods := fs.Int("pods", 100, "fake pods to serve")
 	pagePath := fs.String("page", "tier1/scrape/testdata/vllm_metrics.txt", "metrics page to serve")
+	length := fs.Bool("content-length", false, "send a Content-Length (as vLLM's server does) rather than a chunked body")
 	_ = fs.Parse(args)
 	page, err := os.ReadFile(*pagePath)
 	if err != nil {
@@ -57,6 +59,9 @@ func serve(args []string) {
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		if *length {
+			w.Header().Set("Content-Length", strconv.Itoa(len(page)))
+		}
 		_, _ = w.Write(page)
 	})
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
