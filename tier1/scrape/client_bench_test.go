@@ -4,7 +4,6 @@ package scrape
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -41,6 +40,7 @@ func BenchmarkFetch(b *testing.B) {
 		addr := strings.TrimPrefix(srv.URL, "http://")
 		s := New(context.Background(), Options{})
 		tg := &target{t: Target{Name: "p", Address: addr, Engine: EngineVLLM}, metricsURL: srv.URL + "/metrics"}
+		tg.state.Store(&PodState{Target: tg.t, Engine: EngineVLLM, Metrics: fixtureMetrics})
 		for _, client := range []string{"nethttp", "page"} {
 			b.Run(framing+"/"+client, func(b *testing.B) {
 				runtime.LockOSThread()
@@ -69,5 +69,4 @@ func BenchmarkFetch(b *testing.B) {
 		}
 		srv.Close()
 	}
-	_ = io.Discard
 }
