@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -33,7 +34,7 @@ type pageClient struct {
 	mu      sync.Mutex // guards conn for abort; get writes conn only under it
 	conn    net.Conn
 	sock    io.ReadWriter // conn's socket I/O (sockio_*.go)
-	aborted bool
+	aborted atomic.Bool
 }
 
 // Bounds on what a pod may send.
@@ -125,10 +126,9 @@ func (c *pageClient) exchange(ctx context.Context, deadline time.Time, r *respRe
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		return err
 	}
-	// abort runs after ctx is done: either it saw this connection and
-	// moved its deadline to the past after the line above, or ctx is
-	// already done here.
-	if ctx.Err() != nil {
+	// abort sets aborted before it moves the deadline to the past: either
+	// that comes after the line above, or aborted is seen here.
+	if c.aborted.Load() || ctx.Err() != nil {
 		return errAborted
 	}
 	if _, err := c.sock.Write(c.req); err != nil {
@@ -153,7 +153,7 @@ func (c *pageClient) dial(ctx context.Context, deadline time.Time) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.aborted {
+	if c.aborted.Load() {
 		_ = conn.Close()
 		return errAborted
 	}
@@ -175,7 +175,7 @@ func (c *pageClient) close() {
 func (c *pageClient) abort() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.aborted = true
+	c.aborted.Store(true)
 	if c.conn != nil {
 		_ = c.conn.SetDeadline(time.Unix(1, 0))
 	}
