@@ -179,12 +179,65 @@ func (p *fastParser) runBytes(b []byte) error {
 			b = nil
 		}
 		p.line++
+		if len(line) >= 8 && skippable(line) {
+			continue
+		}
 		if err := p.parseLine(line); err != nil {
 			return fmt.Errorf("parse metrics: line %d: %w", p.line, err)
 		}
 	}
 	return nil
 }
+
+// skippable is parseLine's answer for most lines, decided inline on the
+// line's first 8 bytes (len(line) >= 8): a sample line whose first word
+// starts no wanted name, a "# HELP " line, or a "# TYPE " line whose name
+// starts with a byte no wanted name starts with.
+func skippable(line []byte) bool {
+	w := binary.LittleEndian.Uint64(line)
+	if h := &hotWords[wordSlot(w)]; h.overflow || w == h.w[0] || w == h.w[1] {
+		return false
+	}
+	switch c := line[0]; {
+	case c == '#':
+		p7 := w & (1<<56 - 1)
+		return p7 == helpPrefix || p7 == typePrefix && !isBlank(line[7])
+	case isBlank(c):
+		return false
+	}
+	return true
+}
+
+var (
+	helpPrefix = binary.LittleEndian.Uint64([]byte("# HELP \x00"))
+	typePrefix = binary.LittleEndian.Uint64([]byte("# TYPE \x00"))
+)
+
+// hotWords holds, by wordSlot, the first words of lines parseLine must
+// see: every wanted name's, and "# TYPE " followed by each wanted name's
+// first byte. A slot with more than two is marked overflow.
+var hotWords = func() (t [64]struct {
+	w        [2]uint64
+	n        int
+	overflow bool
+}) {
+	add := func(w uint64) {
+		h := &t[wordSlot(w)]
+		switch {
+		case h.n == 2 && w != h.w[0] && w != h.w[1]:
+			h.overflow = true
+		case h.n == 1 && w == h.w[0], h.n == 2:
+		default:
+			h.w[h.n] = w
+			h.n++
+		}
+	}
+	for _, n := range wantedList {
+		add(binary.LittleEndian.Uint64([]byte(n)))
+		add(binary.LittleEndian.Uint64([]byte("# TYPE " + n[:1])))
+	}
+	return t
+}()
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 

@@ -78,6 +78,10 @@ func TestParseMatchesExpfmt(t *testing.T) {
 		"lora tie":              "vllm:lora_requests_info{running_lora_adapters=\"a\",waiting_lora_adapters=\"\"} 5\nvllm:lora_requests_info{waiting_lora_adapters=\"\",running_lora_adapters=\"b\"} 5\n",
 		"cache config nan":      "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\"} NaN\n",
 		"sglang cache":          "sglang:cache_config_info{page_size=\"64\",num_pages=\"12\"} 1\nsglang:token_usage 0.3\n",
+		// Lines the inline skip must not drop: TYPE with extra blanks,
+		// indented samples, short lines.
+		"odd spacing": "# TYPE  vllm:num_requests_running histogram\n#\tTYPE vllm:num_requests_waiting summary\n" +
+			"vllm:num_requests_running 3\n  vllm:num_requests_waiting 2\n\ttgi_queue_size 4\n# HELP vllm:kv_cache_usage_perc x\nx 1\n",
 	}
 	for name, page := range pages {
 		t.Run(name, func(t *testing.T) {
