@@ -3,6 +3,7 @@ package scrape
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,23 @@ func Parse(engine string, r io.Reader) (Sample, error) {
 	defer parserPool.Put(p)
 	p.reset(r)
 	if err := p.run(); err != nil {
+		return Sample{}, err
+	}
+	return p.sample(engine)
+}
+
+// parsePage is Parse on a page already in memory (the scraper reads a whole
+// response into a reused buffer): no bufio copy, lines are sliced in place.
+// page is only read during the call. When prev (the pod's last metrics) is
+// set, adapter lists equal to prev's are shared with it rather than built
+// again: they rarely change between scrapes, and nothing writes to them.
+func parsePage(engine string, page []byte, prev *picker.Metrics) (Sample, error) {
+	p := parserPool.Get().(*fastParser)
+	defer parserPool.Put(p)
+	p.reset(nil)
+	p.prev = prev
+	defer func() { p.prev = nil }()
+	if err := p.runBytes(page); err != nil {
 		return Sample{}, err
 	}
 	return p.sample(engine)
@@ -84,6 +102,7 @@ type fastParser struct {
 	labels []labelRef
 	arena  []byte
 	line   int
+	prev   *picker.Metrics // see parsePage
 }
 
 const fastBufSize = 32 << 10
@@ -150,6 +169,76 @@ func (p *fastParser) run() error {
 	}
 }
 
+// runBytes is run over a page in memory; it numbers lines the same way.
+func (p *fastParser) runBytes(b []byte) error {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		p.line++
+		if len(line) >= 8 && skippable(line) {
+			continue
+		}
+		if err := p.parseLine(line); err != nil {
+			return fmt.Errorf("parse metrics: line %d: %w", p.line, err)
+		}
+	}
+	return nil
+}
+
+// skippable is parseLine's answer for most lines, decided inline on the
+// line's first 8 bytes (len(line) >= 8): a sample line whose first word
+// starts no wanted name, a "# HELP " line, or a "# TYPE " line whose name
+// starts with a byte no wanted name starts with.
+func skippable(line []byte) bool {
+	w := binary.LittleEndian.Uint64(line)
+	if h := &hotWords[wordSlot(w)]; h.overflow || w == h.w[0] || w == h.w[1] {
+		return false
+	}
+	switch c := line[0]; {
+	case c == '#':
+		p7 := w & (1<<56 - 1)
+		return p7 == helpPrefix || p7 == typePrefix && !isBlank(line[7])
+	case isBlank(c):
+		return false
+	}
+	return true
+}
+
+var (
+	helpPrefix = binary.LittleEndian.Uint64([]byte("# HELP \x00"))
+	typePrefix = binary.LittleEndian.Uint64([]byte("# TYPE \x00"))
+)
+
+// hotWords holds, by wordSlot, the first words of lines parseLine must
+// see: every wanted name's, and "# TYPE " followed by each wanted name's
+// first byte. A slot with more than two is marked overflow.
+var hotWords = func() (t [64]struct {
+	w        [2]uint64
+	n        int
+	overflow bool
+}) {
+	add := func(w uint64) {
+		h := &t[wordSlot(w)]
+		switch {
+		case h.n == 2 && w != h.w[0] && w != h.w[1]:
+			h.overflow = true
+		case h.n == 1 && w == h.w[0], h.n == 2:
+		default:
+			h.w[h.n] = w
+			h.n++
+		}
+	}
+	for _, n := range wantedList {
+		add(binary.LittleEndian.Uint64([]byte(n)))
+		add(binary.LittleEndian.Uint64([]byte("# TYPE " + n[:1])))
+	}
+	return t
+}()
+
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 
 func skipBlank(b []byte, i int) int {
@@ -158,26 +247,6 @@ func skipBlank(b []byte, i int) int {
 	}
 	return i
 }
-
-// mayBeWanted is the cheap first test on a metric name, before the map
-// probe: a wanted family has one of a few lengths and starts with "vllm:",
-// "sglang:" or "tgi_".
-func mayBeWanted(name []byte) bool {
-	n := len(name)
-	return n < 64 && wantedLens&(1<<n) != 0 && (name[0] == 'v' || name[0] == 's' || name[0] == 't')
-}
-
-// wantedLens has bit n set when some wanted family name is n bytes long.
-var wantedLens = func() uint64 {
-	var m uint64
-	for _, n := range wantedList {
-		if len(n) >= 64 {
-			panic("scrape: wanted metric name too long for wantedLens: " + n)
-		}
-		m |= 1 << len(n)
-	}
-	return m
-}()
 
 func (p *fastParser) parseLine(line []byte) error {
 	i := skipBlank(line, 0)
@@ -189,28 +258,67 @@ func (p *fastParser) parseLine(line []byte) error {
 		return nil
 	}
 	// A wanted family's sample line starts with its name followed by '{'
-	// or a blank. Most lines start with 'v' in a vLLM page, so this
-	// tries the few wanted names with that first byte, each rejected by
-	// one byte (the delimiter) before any comparison.
-	rest := line[i:]
-	for _, w := range byFirstByte[rest[0]] {
-		if len(rest) > len(w.name) && (rest[len(w.name)] == '{' || isBlank(rest[len(w.name)])) &&
-			string(rest[:len(w.name)]) == w.name {
-			return p.parseSample(w.idx, line, i+len(w.name))
-		}
+	// or a blank.
+	if fi, n := wantedPrefix(line[i:], true); fi >= 0 {
+		return p.parseSample(fi, line, i+n)
 	}
 	return nil
+}
+
+// wantedPrefix returns the slot and length of the wanted family whose name
+// starts b followed by a blank, a '{' (when brace is set) or the end of a
+// TYPE line, or -1. Every wanted name is at least 8 bytes long: the first 8
+// bytes of b, as one word, pick the few names that start with them (most
+// lines of a vLLM page, "vllm:req...", "vllm:tim...", match none), and only
+// those are compared.
+func wantedPrefix(b []byte, brace bool) (int, int) {
+	if len(b) < 8 {
+		return -1, 0
+	}
+	w := binary.LittleEndian.Uint64(b)
+	for _, c := range byWord[wordSlot(w)] {
+		if c.word != w {
+			continue
+		}
+		n := len(c.name)
+		switch {
+		case len(b) < n:
+			continue
+		case len(b) == n:
+			if brace { // a sample line needs a value after the name
+				continue
+			}
+		case b[n] == '{':
+			if !brace {
+				continue
+			}
+		case !isBlank(b[n]):
+			continue
+		}
+		if string(b[8:n]) == c.name[8:] {
+			return c.idx, n
+		}
+	}
+	return -1, 0
 }
 
 type wantedName struct {
 	name string
 	idx  int
+	word uint64 // the name's first 8 bytes, little-endian
 }
 
-// byFirstByte lists the wanted families by the first byte of their name.
-var byFirstByte = func() (t [256][]wantedName) {
+// wordSlot hashes a name's first 8 bytes to a slot of byWord.
+func wordSlot(w uint64) int { return int((w * 0x9e3779b97f4a7c15) >> 58) }
+
+// byWord lists the wanted families by the slot of their first 8 bytes.
+var byWord = func() (t [64][]wantedName) {
 	for i, n := range wantedList {
-		t[n[0]] = append(t[n[0]], wantedName{n, i})
+		if len(n) < 8 {
+			panic("scrape: wanted metric name shorter than 8 bytes: " + n)
+		}
+		w := binary.LittleEndian.Uint64([]byte(n))
+		t[wordSlot(w)] = append(t[wordSlot(w)], wantedName{n, i, w})
 	}
 	return t
 }()
@@ -218,22 +326,22 @@ var byFirstByte = func() (t [256][]wantedName) {
 // parseComment notes the TYPE of wanted families; HELP and other comments
 // carry nothing the router reads.
 func (p *fastParser) parseComment(b []byte) {
-	if len(b) == 0 || !isBlank(b[0]) {
+	if len(b) < 2 || !isBlank(b[0]) {
 		return // "#TYPE" is a plain comment to expfmt
 	}
+	if b[1] == 'H' {
+		return // "# HELP", a third of a vLLM page
+	}
 	b = b[skipBlank(b, 0):]
-	if !bytes.HasPrefix(b, []byte("TYPE")) || len(b) == 4 || !isBlank(b[4]) {
+	if len(b) < 5 || b[0] != 'T' || string(b[:4]) != "TYPE" || !isBlank(b[4]) {
 		return
 	}
-	name, b := token(b[skipBlank(b, 4):])
-	if !mayBeWanted(name) {
+	b = b[skipBlank(b, 4):]
+	fi, n := wantedPrefix(b, false)
+	if fi < 0 {
 		return
 	}
-	fi, ok := famIndex[string(name)]
-	if !ok {
-		return
-	}
-	typ, _ := token(b[skipBlank(b, 0):])
+	typ, _ := token(b[skipBlank(b, n):])
 	switch {
 	case len(typ) == 0: // expfmt leaves the family untyped
 	case bytes.EqualFold(typ, []byte("counter")), bytes.EqualFold(typ, []byte("gauge")), bytes.EqualFold(typ, []byte("untyped")):
@@ -579,8 +687,8 @@ func (p *fastParser) lora(f *famAcc, out *picker.Metrics) bool {
 	s := f.series[best]
 	run, _ := p.label(s, "running_lora_adapters")
 	wait, _ := p.label(s, "waiting_lora_adapters")
-	out.ActiveAdapters = splitList(string(run))
-	out.WaitingAdapters = splitList(string(wait))
+	out.ActiveAdapters = p.adapterList(run, func(m *picker.Metrics) []string { return m.ActiveAdapters })
+	out.WaitingAdapters = p.adapterList(wait, func(m *picker.Metrics) []string { return m.WaitingAdapters })
 	if v, ok := p.label(s, "max_lora"); ok {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(v))); err == nil && n > 0 {
 			out.MaxLoras = n
@@ -588,6 +696,38 @@ func (p *fastParser) lora(f *famAcc, out *picker.Metrics) bool {
 	}
 	out.HasLoRA = true
 	return true
+}
+
+// adapterList is splitList(string(b)), or the previous scrape's list when
+// it is the same.
+func (p *fastParser) adapterList(b []byte, field func(*picker.Metrics) []string) []string {
+	if p.prev != nil && p.prev.HasLoRA {
+		if prev := field(p.prev); sameList(b, prev) {
+			return prev
+		}
+	}
+	return splitList(string(b))
+}
+
+// sameList reports whether splitList(string(b)) would equal list.
+func sameList(b []byte, list []string) bool {
+	i := 0
+	for len(b) > 0 {
+		item := b
+		if j := bytes.IndexByte(b, ','); j >= 0 {
+			item, b = b[:j], b[j+1:]
+		} else {
+			b = nil
+		}
+		if item = bytes.TrimSpace(item); len(item) == 0 {
+			continue
+		}
+		if i >= len(list) || string(item) != list[i] {
+			return false
+		}
+		i++
+	}
+	return i == len(list)
 }
 
 // labelText matches labelText in parse.go: pairs sorted, NUL-separated.

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/tier1/picker"
 )
 
 func processCPU() time.Duration {
@@ -42,7 +44,23 @@ func sameAsReference(t *testing.T, engine string, page []byte) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("engine %q:\n Parse     %+v\n reference %+v\npage:\n%q", engine, got, want, page)
 	}
+	// The in-memory path the scraper uses gives the same answers.
+	inMem, err := parsePage(engine, page, nil)
+	if err != nil || !reflect.DeepEqual(inMem, want) {
+		t.Fatalf("engine %q:\n parsePage %+v (%v)\n reference %+v\npage:\n%q", engine, inMem, err, want, page)
+	}
+	// Given the last scrape's metrics (this page's, or another page's),
+	// it still gives the same answer.
+	for _, prev := range []*picker.Metrics{&inMem.Metrics, &otherMetrics} {
+		again, err := parsePage(engine, page, prev)
+		if err != nil || !reflect.DeepEqual(again, want) {
+			t.Fatalf("engine %q, previous %+v:\n parsePage %+v (%v)\n reference %+v\npage:\n%q", engine, prev, again, err, want, page)
+		}
+	}
 }
+
+// otherMetrics is a previous scrape unlike any test page.
+var otherMetrics = picker.Metrics{HasLoRA: true, ActiveAdapters: []string{"sql-lora"}, WaitingAdapters: []string{"a", "b"}}
 
 func TestParseMatchesExpfmt(t *testing.T) {
 	fixture := loadFixture(t)
@@ -60,6 +78,10 @@ func TestParseMatchesExpfmt(t *testing.T) {
 		"lora tie":              "vllm:lora_requests_info{running_lora_adapters=\"a\",waiting_lora_adapters=\"\"} 5\nvllm:lora_requests_info{waiting_lora_adapters=\"\",running_lora_adapters=\"b\"} 5\n",
 		"cache config nan":      "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\"} NaN\n",
 		"sglang cache":          "sglang:cache_config_info{page_size=\"64\",num_pages=\"12\"} 1\nsglang:token_usage 0.3\n",
+		// Lines the inline skip must not drop: TYPE with extra blanks,
+		// indented samples, short lines.
+		"odd spacing": "# TYPE  vllm:num_requests_running histogram\n#\tTYPE vllm:num_requests_waiting summary\n" +
+			"vllm:num_requests_running 3\n  vllm:num_requests_waiting 2\n\ttgi_queue_size 4\n# HELP vllm:kv_cache_usage_perc x\nx 1\n",
 	}
 	for name, page := range pages {
 		t.Run(name, func(t *testing.T) {
@@ -130,6 +152,16 @@ func FuzzParseMatchesExpfmt(f *testing.F) {
 	})
 }
 
+// fixtureMetrics is the fixture page's parse, for BenchmarkParse.
+var fixtureMetrics = func() picker.Metrics {
+	b, err := os.ReadFile("testdata/vllm_metrics.txt")
+	if err != nil {
+		return picker.Metrics{}
+	}
+	s, _ := parsePage(EngineVLLM, b, nil)
+	return s.Metrics
+}()
+
 // BenchmarkParse compares the two parsers on the fixture page.
 func BenchmarkParse(b *testing.B) {
 	page := loadFixture(b)
@@ -139,6 +171,9 @@ func BenchmarkParse(b *testing.B) {
 	}{
 		{"expfmt", func(e string, r *bytes.Reader) (Sample, error) { return parseExpfmt(e, r) }},
 		{"fast", func(e string, r *bytes.Reader) (Sample, error) { return Parse(e, r) }},
+		{"page", func(e string, _ *bytes.Reader) (Sample, error) { return parsePage(e, page, nil) }},
+		// As the scraper calls it: with the last scrape's metrics.
+		{"page+prev", func(e string, _ *bytes.Reader) (Sample, error) { return parsePage(e, page, &fixtureMetrics) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(page)))

@@ -222,3 +222,76 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, label, value strin
 	}
 	return -1
 }
+
+// With Options.Client set, /metrics goes through it (net/http) instead of
+// the built-in client, with the same results.
+func TestScraperCustomClient(t *testing.T) {
+	pod := newFakePod(t, vllmText)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var used atomic.Int64
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		used.Add(1)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, Client: client, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	s.SetTargets([]Target{{Name: "v", Address: pod.addr()}})
+	waitFor(t, "a scrape", func() bool { st, _ := s.Get("v"); return !st.LastSuccess.IsZero() })
+	st, _ := s.Get("v")
+	want, err := Parse("", strings.NewReader(vllmText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Engine != want.Engine || st.Metrics.Waiting != want.Metrics.Waiting || st.Metrics.KVUsage != want.Metrics.KVUsage {
+		t.Errorf("state = %q %+v, want %+v", st.Engine, st.Metrics, want)
+	}
+	if used.Load() == 0 {
+		t.Error("the configured client was not used")
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A pod that answers in a form the scraper cannot read (compressed though
+// identity was asked for) fails its scrapes, so it is not ready.
+func TestScraperCompressedPage(t *testing.T) {
+	pod := newRawPod(t, func(int) (string, bool, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc", false, false
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	s.SetTargets([]Target{{Name: "z", Address: pod.addr(), Engine: EngineVLLM}})
+	waitFor(t, "failures", func() bool { st, _ := s.Get("z"); return st.ConsecutiveFailures >= 2 })
+	st, _ := s.Get("z")
+	if !st.LastSuccess.IsZero() || !strings.Contains(st.LastError, "Content-Encoding") {
+		t.Errorf("state = %+v", st)
+	}
+}
+
+// Removing a pod whose scrape hangs does not wait for the scrape timeout.
+func TestScraperRemovesHungPod(t *testing.T) {
+	stop := make(chan struct{})
+	pod := newRawPod(t, func(int) (string, bool, bool) {
+		<-stop
+		return "", true, false
+	})
+	t.Cleanup(func() { close(stop) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, Timeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	s.SetTargets([]Target{{Name: "h", Address: pod.addr(), Engine: EngineVLLM}})
+	waitFor(t, "the request", func() bool { return pod.requests.Load() > 0 })
+	done := make(chan struct{})
+	go func() { s.SetTargets(nil); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetTargets waited for the hung scrape")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -47,6 +48,7 @@ func serve(args []string) {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	pods := fs.Int("pods", 100, "fake pods to serve")
 	pagePath := fs.String("page", "tier1/scrape/testdata/vllm_metrics.txt", "metrics page to serve")
+	length := fs.Bool("content-length", false, "send a Content-Length (as vLLM's server does) rather than a chunked body")
 	_ = fs.Parse(args)
 	page, err := os.ReadFile(*pagePath)
 	if err != nil {
@@ -57,6 +59,9 @@ func serve(args []string) {
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		if *length {
+			w.Header().Set("Content-Length", strconv.Itoa(len(page)))
+		}
 		_, _ = w.Write(page)
 	})
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
@@ -96,6 +101,7 @@ func scrapeCmd(args []string) {
 	window := fs.Duration("for", 10*time.Second, "measured window")
 	engine := fs.String("engine", "vllm", "engine of every pod")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the measured window here")
+	netHTTP := fs.Bool("nethttp", false, "fetch /metrics with a net/http client (Options.Client) instead of the scraper's own")
 	_ = fs.Parse(args)
 	f, err := os.Open(*addrsPath)
 	if err != nil {
@@ -111,7 +117,16 @@ func scrapeCmd(args []string) {
 	_ = f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := scrape.New(ctx, scrape.Options{Interval: *interval})
+	opts := scrape.Options{Interval: *interval}
+	if *netHTTP {
+		// The transport the scraper used before it had its own client.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 0, 4
+		tr.DisableCompression = true
+		tr.ReadBufferSize = 64 << 10
+		opts.Client = &http.Client{Transport: tr}
+	}
+	s := scrape.New(ctx, opts)
 	s.SetTargets(targets)
 	time.Sleep(*warmup)
 	count := func() (n, errs uint64) {
