@@ -131,6 +131,8 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 	// The buffer goes back to the pool at Done: the request's block hashes
 	// live in it until then.
 	cb := cycleBufs.Get().(*cycleBuf)
+	ctx, sp := g.tracePick(ctx, h, pr.Path, trusted)
+	defer sp.End()
 	wctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Request)
 	defer cancel()
 	req, pool, rf := g.route(wctx, st, routeInput{ep: ep, data: pr.Body, id: h.Get("X-Request-Id"),

@@ -34,13 +34,28 @@ func (g *Gateway) traceRequest(r *http.Request, trusted bool) *http.Request {
 	if !g.tracer.Enabled() {
 		return r
 	}
-	ctx := r.Context()
+	ctx, _ := g.startServerSpan(r.Context(), "tier1.request", r.Header, r.Method, r.URL.Path, trusted)
+	return r.WithContext(ctx)
+}
+
+// tracePick starts the span of one ext_proc pick (Envoy sends the
+// request, Tier 1 only schedules it), with the same trust rule as
+// traceRequest; admission and scheduling spans nest under it. Envoy's
+// upstream attempt is Envoy's to trace.
+func (g *Gateway) tracePick(ctx context.Context, h http.Header, path string, trusted bool) (context.Context, trace.Span) {
+	if !g.tracer.Enabled() {
+		return ctx, noSpan
+	}
+	return g.startServerSpan(ctx, "tier1.pick", h, http.MethodPost, path, trusted)
+}
+
+func (g *Gateway) startServerSpan(ctx context.Context, name string, h http.Header, method, path string, trusted bool) (context.Context, trace.Span) {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String(tracing.HTTPMethod, r.Method), attribute.String(tracing.HTTPRoute, r.URL.Path))}
-	if op := tracing.Operation(r.URL.Path); op != "" {
+		trace.WithAttributes(attribute.String(tracing.HTTPMethod, method), attribute.String(tracing.HTTPRoute, path))}
+	if op := tracing.Operation(path); op != "" {
 		opts = append(opts, trace.WithAttributes(attribute.String(tracing.GenAIOperation, op)))
 	}
-	if sc, ok := tracing.Remote(r.Header); ok {
+	if sc, ok := tracing.Remote(h); ok {
 		if trusted {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		} else {
@@ -48,8 +63,7 @@ func (g *Gateway) traceRequest(r *http.Request, trusted bool) *http.Request {
 				Attributes: []attribute.KeyValue{attribute.String("infergate.link", "client")}}))
 		}
 	}
-	ctx, _ = g.tracer.Start(ctx, "tier1.request", opts...)
-	return r.WithContext(ctx)
+	return g.tracer.Start(ctx, name, opts...)
 }
 
 // endRequest ends the request's span.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +126,42 @@ func startEnvOpts(t testing.TB, cfg *Config, pods []*fakePod, opts Options) *env
 	}
 	e.waitReady(t)
 	return e
+}
+
+// An ext_proc pick is traced too: a tier1.pick span in the authenticated
+// caller's trace (Envoy forwards its traceparent), with the admission and
+// scheduling spans under it.
+func TestTracePick(t *testing.T) {
+	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	pod := newFakePod(t, "p0")
+	cfg := fmt.Sprintf("auth: {tokens: [%s]}\nscrape: {interval: 10ms}\npools: [{name: llama-pool, model: llama}]\npods: [{name: p0, address: %q, pool: llama-pool, engine: vllm}]\n", testToken, pod.addr())
+	var c Config
+	if err := config.Decode("t.yaml", []byte(cfg), &c); err != nil {
+		t.Fatal(err)
+	}
+	sr := tracetest.NewSpanRecorder()
+	e := startEnvOpts(t, &c, []*fakePod{pod}, Options{Logger: slog.New(slog.DiscardHandler),
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))})
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+testToken)
+	h.Set("Traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
+	p, err := e.gw.Pick(context.Background(), PickRequest{Path: "/v1/chat/completions", Header: h, Body: []byte(chatBody("llama", "hi"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done(true)
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range sr.Ended() {
+		byName[s.Name()] = s
+	}
+	pick, sched := byName["tier1.pick"], byName["tier1.schedule"]
+	if pick == nil || sched == nil {
+		t.Fatalf("spans %v, want tier1.pick and tier1.schedule", byName)
+	}
+	if pick.SpanContext().TraceID().String() != callerTrace || pick.Parent().SpanID().String() != callerSpan {
+		t.Errorf("pick span in trace %s under %s, want the caller's", pick.SpanContext().TraceID(), pick.Parent().SpanID())
+	}
+	if sched.SpanContext().TraceID() != pick.SpanContext().TraceID() {
+		t.Errorf("schedule span in another trace")
+	}
 }
