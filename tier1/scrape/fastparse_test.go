@@ -79,9 +79,10 @@ func TestParseMatchesExpfmt(t *testing.T) {
 		"cache config nan":      "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\"} NaN\n",
 		"sglang cache":          "sglang:cache_config_info{page_size=\"64\",num_pages=\"12\"} 1\nsglang:token_usage 0.3\n",
 		// Lines the inline skip must not drop: TYPE with extra blanks,
-		// indented samples, short lines.
+		// indented samples, short lines. (One engine only: on a page
+		// mixing engines the reference detects in map order.)
 		"odd spacing": "# TYPE  vllm:num_requests_running histogram\n#\tTYPE vllm:num_requests_waiting summary\n" +
-			"vllm:num_requests_running 3\n  vllm:num_requests_waiting 2\n\ttgi_queue_size 4\n# HELP vllm:kv_cache_usage_perc x\nx 1\n",
+			"\tvllm:num_requests_running 3\n  vllm:num_requests_waiting 2\n# HELP vllm:kv_cache_usage_perc x\nx 1\n",
 	}
 	for name, page := range pages {
 		t.Run(name, func(t *testing.T) {
