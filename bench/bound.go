@@ -189,9 +189,14 @@ func (b *boundInput) work(i int, x float64) float64 {
 // p99 bounds the interpolated P99 s[lo] + f·(s[lo+1] − s[lo]) (s sorted,
 // lo + f = 0.99(n−1)) by bounding each order statistic: s[lo] ≥ x as soon
 // as n−lo requests have TTFT ≥ x, s[lo+1] as soon as n−lo−1 do.
-func (b *boundInput) p99() float64 {
+func (b *boundInput) p99() float64 { return p99Bound(b.floor, b.slow) }
+
+// p99Bound is that bound in ms given per-request floors in seconds (NaN:
+// left out) and slow(x), a count of requests with TTFT ≥ x in every
+// schedule.
+func p99Bound(floor []float64, slow func(x float64) int) float64 {
 	var fl []float64
-	for _, v := range b.floor {
+	for _, v := range floor {
 		if !math.IsNaN(v) {
 			fl = append(fl, v)
 		}
@@ -203,9 +208,9 @@ func (b *boundInput) p99() float64 {
 	sort.Float64s(fl)
 	r := 0.99 * float64(n-1)
 	lo := int(r)
-	v := b.order(n-lo, fl[lo])
+	v := order(n-lo, fl[lo], slow)
 	if lo+1 < n {
-		v += (r - float64(lo)) * (b.order(n-lo-1, fl[lo+1]) - v)
+		v += (r - float64(lo)) * (order(n-lo-1, fl[lo+1], slow) - v)
 	}
 	return v * 1000
 }
@@ -213,14 +218,14 @@ func (b *boundInput) p99() float64 {
 // order is the largest x (to 0.1 ms) with slow(x) ≥ k, found by
 // bisection from start, which the floors alone already prove (slow does
 // not grow with x).
-func (b *boundInput) order(k int, start float64) float64 {
+func order(k int, start float64, slow func(x float64) int) float64 {
 	lo, hi := start, start+1
-	for b.slow(hi) >= k {
+	for slow(hi) >= k {
 		lo, hi = hi, 2*hi+1
 	}
 	for hi-lo > 1e-4 {
 		mid := (lo + hi) / 2
-		if b.slow(mid) >= k {
+		if slow(mid) >= k {
 			lo = mid
 		} else {
 			hi = mid

@@ -167,8 +167,8 @@ func TestQueueBoundP99AtLeastFloor(t *testing.T) {
 	}
 }
 
-// TestQueueBoundReport prints, per seed, the P99 of Floors, of
-// CausalFloors and QueueBoundP99. BOUND=scenario:seed-base:seeds, or
+// TestQueueBoundReport prints, per seed, the P99 of Floors and of
+// CausalFloors, QueueBoundP99 and KVBoundP99. BOUND=scenario:seed-base:seeds, or
 // BOUND=path.jsonl:seed-base:seeds for the first 10 minutes of a trace on
 // the bench's default trace fleet (skipped when the file is absent), e.g.
 // BOUND=bursty-70b:201:5 go test ./bench -run TestQueueBoundReport -v.
@@ -208,7 +208,7 @@ func TestQueueBoundReport(t *testing.T) {
 		}
 		name, fleet, stream = sc.Name, sc.Fleet, sc.Stream
 	}
-	var sf, sc99, sb float64
+	var sf, sc99, sb, skv float64
 	var floors, causal []float64
 	var lastStream workload.Stream
 	for seed := base; seed < base+n; seed++ {
@@ -228,10 +228,101 @@ func TestQueueBoundReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		kv, err := KVBoundP99(context.Background(), fleet, st, causal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc, err := fleetPrefillCapacity(fleet, uint64(seed), 0.03)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := newBoundInput(st, causal, fc)
 		f, c := p99(floors), p99(causal)
-		sf, sc99, sb = sf+f, sc99+c, sb+b
-		fmt.Printf("%s seed %d: %d requests, floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.0f ms\n", name, seed, len(st.Requests), f, c, b)
+		sf, sc99, sb, skv = sf+f, sc99+c, sb+b, skv+kv
+		fmt.Printf("%s seed %d: %d requests, floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.0f ms, kv bound p99 %.0f ms; prefill work / peak prefill rate: run %.0f%%, busiest 10 s %.0f%%\n",
+			name, seed, len(st.Requests), f, c, b, kv, 100*prefillLoad(in, st.Duration.Seconds(), true), 100*prefillLoad(in, 10, false))
 	}
 	k := float64(n)
-	fmt.Printf("%s seeds %d–%d: mean floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.0f ms\n", name, base, base+n-1, sf/k, sc99/k, sb/k)
+	fmt.Printf("%s seeds %d–%d: mean floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.0f ms, kv bound p99 %.0f ms\n", name, base, base+n-1, sf/k, sc99/k, sb/k, skv/k)
+}
+
+// kvCase is three two-turn conversations: first turns at 0 s, second
+// turns at 10 s, each second turn's history 8 blocks of its own. A turn
+// takes 2 s alone with no history cached and 0.2375 s less per cached
+// block; every floor is 0.1 s.
+func kvCase(t *testing.T, blocks int) *kvBound {
+	t.Helper()
+	var st workload.Stream
+	for turn := range 2 {
+		for s := range 3 {
+			segs := []workload.Segment{{Key: uint64(100 + s), Tokens: 8 * workload.BlockSize}}
+			if turn == 1 {
+				segs = append(segs, workload.Segment{Key: uint64(200 + s), Tokens: 2 * workload.BlockSize})
+			}
+			h := workload.HashSegments(segs)
+			st.Requests = append(st.Requests, workload.Request{ID: uint64(len(st.Requests)), Arrival: time.Duration(turn) * 10 * time.Second, PromptTokens: len(h) * workload.BlockSize, BlockHashes: h, Session: s})
+		}
+	}
+	causal := []float64{100, 100, 100, 100, 100, 100}
+	kb, err := newKVBound(context.Background(), st, causal, blocks, func(_, cached int) float64 { return 2 - float64(cached)*1.9/8 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kb
+}
+
+// With room for 10 history blocks, three turns that each need m blocks
+// for a TTFT below x cannot all be fast once 3m > 10, i.e. m ≥ 4, i.e.
+// for x ≤ 2 − 3·0.2375 = 1.2875 s: s[5] ≥ 1.2875 s. Two must be slow
+// once 2m > 10, m ≥ 6, x ≤ 0.8125 s: s[4] ≥ 0.8125 s. The P99 (lo = 4,
+// f = 0.95) is at least 0.8125 + 0.95·0.475 = 1.264 s; the best schedule
+// (keep one history whole and 2 blocks of another) has s[4] = 1.525 s and
+// s[5] = 2 s. With room for all 24 blocks the bound is the floor.
+func TestKVBoundP99HandCases(t *testing.T) {
+	for _, tc := range []struct {
+		blocks int
+		want   float64 // ms
+	}{{10, 1263.75}, {24, 100}} {
+		kb := kvCase(t, tc.blocks)
+		if got := p99Bound(kb.floor, kb.slow); math.Abs(got-tc.want) > 0.2 {
+			t.Errorf("%d blocks: bound %.2f ms, want %.1f ms", tc.blocks, got, tc.want)
+		}
+	}
+}
+
+// A turn whose session has a later turn arriving within x could have its
+// history recomputed by that turn, so the argument leaves it out.
+func TestKVBoundSkipsTurnsWithACloseSuccessor(t *testing.T) {
+	kb := kvCase(t, 10)
+	for k := range kb.turns {
+		kb.turns[k].next = kb.turns[k].to + 0.05 // within every x ≥ the floor
+	}
+	if got := p99Bound(kb.floor, kb.slow); math.Abs(got-100) > 0.2 {
+		t.Errorf("bound %.2f ms, want the floor's 100 ms", got)
+	}
+}
+
+// prefillLoad is the prefill work (Floors' caching) arriving over the
+// whole run (all) or in the busiest window of span seconds, over what the
+// fleet computes at its peak prefill rate in that time.
+func prefillLoad(b *boundInput, span float64, all bool) float64 {
+	w := make([]float64, len(b.arrival))
+	total := 0.0
+	for i := range w {
+		w[i] = b.work(i, 0)
+		total += w[i]
+	}
+	if all {
+		return total / (b.cap.rate * span)
+	}
+	best, sum, j := 0.0, 0.0, 0
+	for i := range w {
+		for j < len(w) && b.arrival[j] < b.arrival[i]+span {
+			sum += w[j]
+			j++
+		}
+		best = math.Max(best, sum)
+		sum -= w[i]
+	}
+	return best / (b.cap.rate * span)
 }
