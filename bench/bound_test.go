@@ -228,10 +228,12 @@ func TestQueueBoundReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv, err := KVBoundP99(context.Background(), fleet, st, causal)
+		kb, err := fleetKVBound(context.Background(), fleet, st, causal)
 		if err != nil {
 			t.Fatal(err)
 		}
+		kv := p99Bound(kb.floor, kb.slow)
+		need, blocks := kb.peak(p99(causal) / 1000)
 		fc, err := fleetPrefillCapacity(fleet, uint64(seed), 0.03)
 		if err != nil {
 			t.Fatal(err)
@@ -239,8 +241,8 @@ func TestQueueBoundReport(t *testing.T) {
 		in := newBoundInput(st, causal, fc)
 		f, c := p99(floors), p99(causal)
 		sf, sc99, sb, skv = sf+f, sc99+c, sb+b, skv+kv
-		fmt.Printf("%s seed %d: %d requests, floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.0f ms, kv bound p99 %.0f ms; prefill work / peak prefill rate: run %.0f%%, busiest 10 s %.0f%%\n",
-			name, seed, len(st.Requests), f, c, b, kv, 100*prefillLoad(in, st.Duration.Seconds(), true), 100*prefillLoad(in, 10, false))
+		fmt.Printf("%s seed %d: %d requests, floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.0f ms, kv bound p99 %.0f ms; prefill work / peak prefill rate: run %.0f%%, busiest 10 s %.0f%%; history blocks needed at once for TTFT < causal p99: %d of %d\n",
+			name, seed, len(st.Requests), f, c, b, kv, 100*prefillLoad(in, st.Duration.Seconds(), true), 100*prefillLoad(in, 10, false), need, blocks)
 	}
 	k := float64(n)
 	fmt.Printf("%s seeds %d–%d: mean floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.0f ms, kv bound p99 %.0f ms\n", name, base, base+n-1, sf/k, sc99/k, sb/k, skv/k)
@@ -325,4 +327,36 @@ func prefillLoad(b *boundInput, span float64, all bool) float64 {
 		sum -= w[i]
 	}
 	return best / (b.cap.rate * span)
+}
+
+// The work a request is charged never exceeds what the engine takes to
+// prefill it alone (its floor, on a fleet of one pod type), and is close
+// to it once the prefill is compute-bound (≥ 100 ms here): the bound
+// leaves out the memory term (a step reads all weights: ~32 ms for an 8B
+// model on an A10G, so a short prefill costs far more alone than its
+// share of a batch), per-sequence costs and unfilled steps' overhead.
+func TestQueueBoundWorkBelowEngineSoloTime(t *testing.T) {
+	for _, name := range []string{"bursty-70b", "multi-turn-chat"} {
+		sc, err := scenario.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Duration = 20 * time.Second
+		st := sc.Stream(3)
+		floors, err := Floors(context.Background(), sc.Fleet, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc, err := fleetPrefillCapacity(sc.Fleet, 3, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newBoundInput(st, floors, fc)
+		for i := range st.Requests {
+			w, f := 1000*b.work(i, 0), floors[i]
+			if w > f+1e-6 || (f >= 100 && w < 0.9*f) {
+				t.Errorf("%s request %d (%d tokens): work %.2f ms, engine alone %.2f ms", name, i, st.Requests[i].PromptTokens, w, f)
+			}
+		}
+	}
 }

@@ -36,34 +36,40 @@ import (
 // KV of running requests, shared prompts and copies on several pods,
 // which only lowers the bound.
 func KVBoundP99(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64) (float64, error) {
+	kb, err := fleetKVBound(ctx, f, stream, causal)
+	if err != nil {
+		return 0, err
+	}
+	return p99Bound(kb.floor, kb.slow), nil
+}
+
+// fleetKVBound prepares KVBoundP99's argument for a fleet: its KV blocks
+// and each turn's prefill times alone on the fastest pod type.
+func fleetKVBound(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64) (*kvBound, error) {
 	if len(causal) != len(stream.Requests) {
-		return 0, fmt.Errorf("kv bound: %d floors for %d requests", len(causal), len(stream.Requests))
+		return nil, fmt.Errorf("kv bound: %d floors for %d requests", len(causal), len(stream.Requests))
 	}
 	f.SetDefaults()
 	blocks := 0
 	for _, g := range f.Pods {
 		cfg, err := engineConfig(f, g)
 		if err != nil {
-			return 0, fmt.Errorf("kv bound: %w", err)
+			return nil, fmt.Errorf("kv bound: %w", err)
 		}
 		e, err := engine.New(cfg)
 		if err != nil {
-			return 0, fmt.Errorf("kv bound: %s: %w", g.GPU, err)
+			return nil, fmt.Errorf("kv bound: %s: %w", g.GPU, err)
 		}
 		blocks += e.Stats().NumBlocks * g.Count
 	}
 	c, err := newSoloCoster(f)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	kb, err := newKVBound(ctx, stream, causal, blocks, func(i, cached int) float64 {
+	return newKVBound(ctx, stream, causal, blocks, func(i, cached int) float64 {
 		w := &stream.Requests[i]
 		return c.time(w.BlockHashes, w.PromptTokens, cached, w.Adapter) / 1000
 	})
-	if err != nil {
-		return 0, err
-	}
-	return p99Bound(kb.floor, kb.slow), nil
 }
 
 // kvTurn is one turn whose history another turn of its session computed.
@@ -260,4 +266,20 @@ func (kb *kvBound) slow(x float64) int {
 		total += n
 	}
 	return total
+}
+
+// peak is the most history blocks the turns active at one instant need
+// for TTFTs below x (no session excluded), against the fleet's blocks.
+func (kb *kvBound) peak(x float64) (need, blocks int) {
+	for k := range kb.turns {
+		at, sum := kb.turns[k].to, 0
+		for j := range kb.turns {
+			t := &kb.turns[j]
+			if t.from+x <= at && at <= t.to && !(t.next < t.to+x) {
+				sum += t.need(x)
+			}
+		}
+		need = max(need, sum)
+	}
+	return need, kb.blocks
 }
