@@ -5,19 +5,9 @@
 package scrape
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
-	"fmt"
-	"io"
 	"math"
-	"sort"
-	"strconv"
 	"strings"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/infergate/infergate/tier1/picker"
 )
@@ -177,146 +167,6 @@ func (s *Sample) Missing(need Input) []string {
 // the exposition holds none of the metrics of a known engine.
 var ErrUnknownEngine = errors.New("cannot detect model-server engine from metrics")
 
-// parseExpfmt is the reference implementation of Parse on top of expfmt's
-// text parser: it copies the wanted families' lines out, builds their
-// dto.MetricFamily values and reads them. Parse (fastparse.go) does the same
-// in one streaming pass without building the exposition; the differential
-// tests and FuzzParseMatchesExpfmt hold the two to the same answers.
-func parseExpfmt(engine string, r io.Reader) (Sample, error) {
-	filtered, err := filterWanted(r)
-	if err != nil {
-		return Sample{}, fmt.Errorf("read metrics: %w", err)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(filtered))
-	if err != nil {
-		return Sample{}, fmt.Errorf("parse metrics: %w", err)
-	}
-	if engine == "" {
-		engine = detect(fams)
-		if engine == "" {
-			return Sample{}, ErrUnknownEngine
-		}
-	}
-	m, ok := mappings[engine]
-	if !ok {
-		return Sample{}, fmt.Errorf("unknown engine %q", engine)
-	}
-	s := Sample{Engine: engine}
-	if v, ok := sum(fams[m.waiting]); ok {
-		s.Metrics.Waiting = count(v)
-		s.Have |= InputWaiting
-	}
-	if v, ok := sum(fams[m.running]); ok {
-		s.Metrics.Running = count(v)
-		s.Have |= InputRunning
-	}
-	for _, name := range m.kv {
-		if v, ok := mean(fams[name]); ok {
-			s.Metrics.KVUsage = clamp01(v)
-			s.Metrics.HasKV = true
-			s.Have |= InputKV
-			break
-		}
-	}
-	if m.lora != "" {
-		if parseLoRA(fams[m.lora], &s.Metrics) {
-			s.Have |= InputLoRA
-		}
-	}
-	if m.cacheConfig != "" {
-		parseCacheConfig(fams[m.cacheConfig], m, &s.Metrics)
-	}
-	return s, nil
-}
-
-// detect names the engine whose metrics appear in fams, or "".
-func detect(fams map[string]*dto.MetricFamily) string {
-	switch {
-	case fams["vllm:kv_cache_usage_perc"] != nil:
-		return EngineVLLM
-	case fams["vllm:gpu_cache_usage_perc"] != nil:
-		return EngineVLLMLegacy
-	}
-	for name := range fams {
-		switch {
-		case strings.HasPrefix(name, "vllm:"):
-			return EngineVLLM
-		case strings.HasPrefix(name, "sglang:"):
-			return EngineSGLang
-		case strings.HasPrefix(name, "tgi_"):
-			return EngineTGI
-		}
-	}
-	return ""
-}
-
-// filterWanted copies the lines of r that belong to a wanted metric family
-// (samples and their # HELP / # TYPE lines).
-func filterWanted(r io.Reader) ([]byte, error) {
-	br := bufio.NewReaderSize(r, 32<<10)
-	var out bytes.Buffer
-	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A line longer than the buffer: read the rest and judge the whole.
-			long := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = br.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
-		if len(line) > 0 && wanted[lineFamily(line)] {
-			out.Write(line)
-			if line[len(line)-1] != '\n' {
-				out.WriteByte('\n')
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return out.Bytes(), nil
-			}
-			return nil, err
-		}
-	}
-}
-
-// lineFamily returns the metric name a text-format line is about.
-func lineFamily(line []byte) string {
-	line = bytes.TrimLeft(line, " \t")
-	if len(line) > 0 && line[0] == '#' {
-		f := bytes.Fields(line)
-		if len(f) >= 3 && (string(f[1]) == "HELP" || string(f[1]) == "TYPE") {
-			return string(f[2])
-		}
-		return ""
-	}
-	end := bytes.IndexAny(line, "{ \t")
-	if end < 0 {
-		return ""
-	}
-	return string(line[:end])
-}
-
-func value(m *dto.Metric) (float64, bool) {
-	var v float64
-	switch {
-	case m.GetGauge() != nil:
-		v = m.GetGauge().GetValue()
-	case m.GetCounter() != nil:
-		v = m.GetCounter().GetValue()
-	case m.GetUntyped() != nil:
-		v = m.GetUntyped().GetValue()
-	default:
-		return 0, false
-	}
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, false
-	}
-	return v, true
-}
-
 // maxCount bounds a request count read from a pod. float64 to int of an
 // out-of-range value is implementation-defined in Go (on amd64 it gives
 // math.MinInt), so a pod exporting 1e19 would look like a negative queue.
@@ -330,137 +180,11 @@ func count(v float64) int {
 	return int(math.Min(v, maxCount))
 }
 
-// sum adds the finite series of f; a result that overflows is +Inf or -Inf,
-// never NaN, and a negative total is 0.
-func sum(f *dto.MetricFamily) (float64, bool) {
-	if f == nil {
-		return 0, false
-	}
-	var pos, neg float64
-	var n int
-	for _, m := range f.GetMetric() {
-		if v, ok := value(m); ok {
-			if v > 0 {
-				pos += v
-			} else {
-				neg += v
-			}
-			n++
-		}
-	}
-	total := pos + neg // Inf + -Inf would be NaN
-	switch {
-	case math.IsInf(pos, 1) && math.IsInf(neg, -1):
-		total = 0
-	case total < 0:
-		total = 0
-	}
-	return total, n > 0
-}
-
-func mean(f *dto.MetricFamily) (float64, bool) {
-	if f == nil {
-		return 0, false
-	}
-	total, ok := sum(f)
-	if !ok {
-		return 0, false
-	}
-	var n int
-	for _, m := range f.GetMetric() {
-		if _, ok := value(m); ok {
-			n++
-		}
-	}
-	return total / float64(n), true
-}
-
 func clamp01(v float64) float64 {
 	if math.IsNaN(v) {
 		return 0
 	}
 	return math.Max(0, math.Min(1, v))
-}
-
-func label(m *dto.Metric, name string) (string, bool) {
-	for _, lp := range m.GetLabel() {
-		if lp.GetName() == name {
-			return lp.GetValue(), true
-		}
-	}
-	return "", false
-}
-
-// parseLoRA reads vllm:lora_requests_info. vLLM keeps one series per state
-// it has seen (the label set) and sets its value to the time of the state's
-// last update, so the series with the newest value is the current state.
-//
-// Several series can carry the same value: vLLM's timestamps are often whole
-// seconds, and the last step of a burst (adapters running) and the idle state
-// right after it land in the same second. The exposition order is no guide,
-// so on a tie the series with the fewest running adapters wins (then fewest
-// waiting, then the smallest label text, for determinism). While traffic
-// runs vLLM refreshes the busy series every engine step, so it wins again
-// within a second; once traffic stops nothing refreshes either series, and
-// preferring the busy one would show adapters running forever. Under-stating
-// for at most a second is the cheaper mistake: the lora-affinity scorer only
-// loses a preference, while a stale "running" pins traffic to a pod whose
-// adapter slots are in fact free.
-func parseLoRA(f *dto.MetricFamily, out *picker.Metrics) bool {
-	if f == nil {
-		return false
-	}
-	var best *dto.Metric
-	var bestRun, bestWait []string
-	bestV := math.Inf(-1)
-	for _, m := range f.GetMetric() {
-		v, ok := value(m)
-		if !ok || v < bestV {
-			continue
-		}
-		run, _ := label(m, "running_lora_adapters")
-		wait, _ := label(m, "waiting_lora_adapters")
-		runL, waitL := splitList(run), splitList(wait)
-		if best != nil && v == bestV && !loraLess(runL, waitL, m, bestRun, bestWait, best) {
-			continue
-		}
-		best, bestV, bestRun, bestWait = m, v, runL, waitL
-	}
-	if best == nil {
-		return false
-	}
-	out.ActiveAdapters = bestRun
-	out.WaitingAdapters = bestWait
-	if s, ok := label(best, "max_lora"); ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
-			out.MaxLoras = n
-		}
-	}
-	out.HasLoRA = true
-	return true
-}
-
-// loraLess orders two lora_requests_info series with the same timestamp:
-// fewer running adapters first, then fewer waiting, then label text.
-func loraLess(runA, waitA []string, a *dto.Metric, runB, waitB []string, b *dto.Metric) bool {
-	if len(runA) != len(runB) {
-		return len(runA) < len(runB)
-	}
-	if len(waitA) != len(waitB) {
-		return len(waitA) < len(waitB)
-	}
-	return labelText(a) < labelText(b)
-}
-
-// labelText is m's labels as one string, sorted by name: the text format
-// does not fix the order of labels within a series.
-func labelText(m *dto.Metric) string {
-	pairs := make([]string, 0, len(m.GetLabel()))
-	for _, lp := range m.GetLabel() {
-		pairs = append(pairs, lp.GetName()+"\x00"+lp.GetValue())
-	}
-	sort.Strings(pairs)
-	return strings.Join(pairs, "\x00")
 }
 
 func splitList(s string) []string {
@@ -471,21 +195,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func parseCacheConfig(f *dto.MetricFamily, m engineMetrics, out *picker.Metrics) {
-	if f == nil || len(f.GetMetric()) == 0 {
-		return
-	}
-	mt := f.GetMetric()[0]
-	if s, ok := label(mt, m.blockSizeLabel); ok {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			out.BlockSize = n
-		}
-	}
-	if s, ok := label(mt, m.numBlocksLabel); ok {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			out.NumBlocks = n
-		}
-	}
 }
