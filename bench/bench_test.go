@@ -95,20 +95,7 @@ func TestRoundRobinSpreadsEvenly(t *testing.T) {
 // share one long system prompt over 8 identical pods: prefix affinity should
 // keep it on a few pods where round-robin uses all of them.
 func TestInfergateKeepsPrefixTogether(t *testing.T) {
-	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 8}}}
-	f.SetDefaults()
-	s := scenario.Scenario{
-		Name:     "prefix",
-		Duration: 20 * time.Second,
-		Gen: scenario.Independent{
-			Arrivals:     workload.Poisson{Rate: 3},
-			Prompt:       workload.LogNormal{Median: 100, P90Ratio: 1.5, Min: 16, Max: 400},
-			Output:       workload.LogNormal{Median: 20, Min: 1, Max: 50},
-			Prefixes:     1,
-			PrefixTokens: workload.LogNormal{Median: 3000},
-		},
-	}
-	st := s.Stream(3)
+	f, st := oneLongPrefix()
 	used := func(name string) (int, float64) {
 		r, err := Run(context.Background(), Setup{Name: "prefix", Fleet: f}, mustPolicy(t, name), 3, st, Options{})
 		if err != nil {
@@ -302,4 +289,23 @@ func TestFleetFiles(t *testing.T) {
 			t.Errorf("%s: %v", path, err)
 		}
 	}
+}
+
+// oneLongPrefix is a light stream (3 req/s for 20 s, seed 3) whose requests
+// all share one ~3,000-token system prompt, over 8 identical H100 pods.
+func oneLongPrefix() (scenario.Fleet, workload.Stream) {
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 8}}}
+	f.SetDefaults()
+	s := scenario.Scenario{
+		Name:     "prefix",
+		Duration: 20 * time.Second,
+		Gen: scenario.Independent{
+			Arrivals:     workload.Poisson{Rate: 3},
+			Prompt:       workload.LogNormal{Median: 100, P90Ratio: 1.5, Min: 16, Max: 400},
+			Output:       workload.LogNormal{Median: 20, Min: 1, Max: 50},
+			Prefixes:     1,
+			PrefixTokens: workload.LogNormal{Median: 3000},
+		},
+	}
+	return f, s.Stream(3)
 }

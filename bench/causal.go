@@ -153,13 +153,7 @@ type soloCoster struct {
 
 func newSoloCoster(f scenario.Fleet) (*soloCoster, error) {
 	s := &soloCoster{}
-	seen := map[string]bool{}
-	for _, g := range f.Pods {
-		key := fmt.Sprintf("%s/%d/%d", g.GPU, g.TensorParallel, g.MaxNumSeqs)
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
+	for _, g := range podTypes(f) {
 		cfg, err := engineConfig(f, g)
 		if err != nil {
 			return nil, fmt.Errorf("causal floor: %w", err)

@@ -31,13 +31,7 @@ func Floors(ctx context.Context, f scenario.Fleet, stream workload.Stream) ([]fl
 			distinct[h] = struct{}{}
 		}
 	}
-	seen := map[string]bool{}
-	for _, g := range f.Pods {
-		key := fmt.Sprintf("%s/%d/%d", g.GPU, g.TensorParallel, g.MaxNumSeqs)
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
+	for _, g := range podTypes(f) {
 		cfg, err := engineConfig(f, g)
 		if err != nil {
 			return nil, fmt.Errorf("floor: %w", err)
@@ -99,6 +93,21 @@ func Floors(ctx context.Context, f scenario.Fleet, stream workload.Stream) ([]fl
 		}
 	}
 	return floors, nil
+}
+
+// podTypes returns one pod group per distinct pod type of f (GPU, tensor
+// parallelism, batch size): what a per-type replay needs to run once.
+func podTypes(f scenario.Fleet) []scenario.PodGroup {
+	var out []scenario.PodGroup
+	seen := map[string]bool{}
+	for _, g := range f.Pods {
+		key := fmt.Sprintf("%s/%d/%d", g.GPU, g.TensorParallel, g.MaxNumSeqs)
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // MaxModelLen is the longest prompt plus output every pod of the fleet

@@ -228,13 +228,9 @@ func (kb *kvBound) slow(x float64) int {
 				sum += need[j]
 			}
 		}
-		if sum <= kb.blocks {
+		n := fewestOver(ws, sum, kb.blocks)
+		if n == 0 {
 			continue
-		}
-		sort.Sort(sort.Reverse(sort.IntSlice(ws)))
-		n := 0
-		for r := sum; r > kb.blocks; n++ {
-			r -= ws[n]
 		}
 		cands = append(cands, instant{n, act})
 	}
@@ -252,13 +248,9 @@ func (kb *kvBound) slow(x float64) int {
 				sum += need[j]
 			}
 		}
-		if sum <= kb.blocks {
+		n := fewestOver(ws, sum, kb.blocks)
+		if n == 0 {
 			continue
-		}
-		sort.Sort(sort.Reverse(sort.IntSlice(ws)))
-		n := 0
-		for r := sum; r > kb.blocks; n++ {
-			r -= ws[n]
 		}
 		for _, j := range c.turns {
 			used[kb.turns[j].session] = true
@@ -282,4 +274,18 @@ func (kb *kvBound) peak(x float64) (need, blocks int) {
 		need = max(need, sum)
 	}
 	return need, kb.blocks
+}
+
+// fewestOver is how many of ws (summing to sum), largest first, must go so
+// that the rest fit in capacity: 0 when they already fit. It sorts ws.
+func fewestOver(ws []int, sum, capacity int) int {
+	if sum <= capacity {
+		return 0
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(ws)))
+	n := 0
+	for r := sum; r > capacity; n++ {
+		r -= ws[n]
+	}
+	return n
 }

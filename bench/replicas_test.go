@@ -4,10 +4,6 @@ import (
 	"context"
 	"reflect"
 	"testing"
-	"time"
-
-	"github.com/infergate/infergate/bench/scenario"
-	"github.com/infergate/infergate/bench/workload"
 )
 
 func TestOneReplicaIsTheDefault(t *testing.T) {
@@ -31,20 +27,7 @@ func TestOneReplicaIsTheDefault(t *testing.T) {
 // split over 4 routers. Without sharing each router learns the prefix on
 // its own pods; with sharing they keep it together as one router does.
 func TestReplicasShareThePrefix(t *testing.T) {
-	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 8}}}
-	f.SetDefaults()
-	s := scenario.Scenario{
-		Name:     "prefix",
-		Duration: 20 * time.Second,
-		Gen: scenario.Independent{
-			Arrivals:     workload.Poisson{Rate: 3},
-			Prompt:       workload.LogNormal{Median: 100, P90Ratio: 1.5, Min: 16, Max: 400},
-			Output:       workload.LogNormal{Median: 20, Min: 1, Max: 50},
-			Prefixes:     1,
-			PrefixTokens: workload.LogNormal{Median: 3000},
-		},
-	}
-	st := s.Stream(3)
+	f, st := oneLongPrefix()
 	run := func(r Replicas) (pods int, hit float64) {
 		t.Helper()
 		opts := Options{Replicas: r}

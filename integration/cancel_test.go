@@ -18,14 +18,14 @@ import (
 
 // startOnePodStack runs the whole stack in process (devstack) with one
 // cluster of one simulated pod, so the pod's running count is the stack's.
-func startOnePodStack(t *testing.T) (*devstack.Stack, string) {
+func startOnePodStack(t *testing.T, with ...func(*devstack.Options)) (*devstack.Stack, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration suite: skipped under -short")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	st, err := devstack.Start(ctx, devstack.Options{
+	opts := devstack.Options{
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", TimeScale: 1,
 		Clusters: []devstack.Cluster{{
 			Name: "solo", Region: devstack.HomeRegion, Cost: 1, Pricing: "spot",
@@ -33,7 +33,11 @@ func startOnePodStack(t *testing.T) (*devstack.Stack, string) {
 			Pods: []fleet.PodSpec{{Name: "solo-0", Model: "llama-3.1-8b", ServedModelName: devstack.LlamaModel,
 				GPU: "h100", Engine: "vllm", MaxNumSeqs: 64, Replicas: 1}},
 		}},
-	})
+	}
+	for _, f := range with {
+		f(&opts)
+	}
+	st, err := devstack.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

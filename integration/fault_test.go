@@ -145,20 +145,7 @@ func TestFaultPodKill(t *testing.T) {
 // that cluster refused or dropped before its first byte on another
 // cluster: none may fail before streaming.
 func TestFaultTier1Kill(t *testing.T) {
-	s := startStackOpts(t, stackOptions{timeScale: faultTimeScale})
-	ctx := faultContext(t)
-	const rate, dur, killAt = 30, 20 * time.Second, 7 * time.Second
-	begin := time.Now()
-	run := startLoad(ctx, s.acmeLoad("tier1-kill", rate, dur))
-	run.at(killAt)
-	s.tier1["cluster-a"].kill(t)
-	killed := run.since()
-	recs := run.wait()
-
-	f := sum(recs)
-	f.report(t, "tier1-kill", time.Since(begin), fmt.Sprintf("tier2_failovers=%v killed_at=%v served_after=%v",
-		s.failoverCount(ctx), killed.Round(time.Millisecond), servedAfter(recs, killed)))
-	requireNoFailedBefore(t, f)
+	recs, killed, f := killTier1sUnderLoad(t, "tier1-kill", "cluster-a")
 	if n := count(recs, answered, 0, killed); n == 0 || f.servedBy["cluster-a"] == 0 {
 		t.Errorf("cluster-a served nothing before the kill (%d answered): the kill hit no load", n)
 	}
@@ -168,26 +155,37 @@ func TestFaultTier1Kill(t *testing.T) {
 	}
 }
 
+// killTier1sUnderLoad sends acme's load (30 req/s for 20 s) through a
+// fresh stack, SIGKILLs the named clusters' Tier 1s 7 s in, reports, and
+// requires that no request failed before streaming. It returns the
+// records, when the kill happened, and their figures.
+func killTier1sUnderLoad(t *testing.T, name string, clusters ...string) ([]record, time.Duration, figures) {
+	t.Helper()
+	s := startStackOpts(t, stackOptions{timeScale: faultTimeScale})
+	ctx := faultContext(t)
+	const rate, dur, killAt = 30, 20 * time.Second, 7 * time.Second
+	begin := time.Now()
+	run := startLoad(ctx, s.acmeLoad(name, rate, dur))
+	run.at(killAt)
+	for _, c := range clusters {
+		s.tier1[c].kill(t)
+	}
+	killed := run.since()
+	recs := run.wait()
+
+	f := sum(recs)
+	f.report(t, name, time.Since(begin), fmt.Sprintf("tier2_failovers=%v killed_at=%v served_after=%v",
+		s.failoverCount(ctx), killed.Round(time.Millisecond), servedAfter(recs, killed)))
+	requireNoFailedBefore(t, f)
+	return recs, killed, f
+}
+
 // TestFaultRegionDown SIGKILLs both Tier 1s of Tier 2's own region
 // (us-east) under load: Tier 2 fails over to eu-west. None may fail before
 // streaming: each request tries cluster-a, cluster-b, then an eu-west
 // cluster, within max_attempts (4).
 func TestFaultRegionDown(t *testing.T) {
-	s := startStackOpts(t, stackOptions{timeScale: faultTimeScale})
-	ctx := faultContext(t)
-	const rate, dur, killAt = 30, 20 * time.Second, 7 * time.Second
-	begin := time.Now()
-	run := startLoad(ctx, s.acmeLoad("region-down", rate, dur))
-	run.at(killAt)
-	s.tier1["cluster-a"].kill(t)
-	s.tier1["cluster-b"].kill(t)
-	killed := run.since()
-	recs := run.wait()
-
-	f := sum(recs)
-	f.report(t, "region-down", time.Since(begin), fmt.Sprintf("tier2_failovers=%v killed_at=%v served_after=%v",
-		s.failoverCount(ctx), killed.Round(time.Millisecond), servedAfter(recs, killed)))
-	requireNoFailedBefore(t, f)
+	recs, killed, _ := killTier1sUnderLoad(t, "region-down", "cluster-a", "cluster-b")
 	after := servedAfter(recs, killed+time.Second)
 	if after[""] != 0 || after["cluster-a"]+after["cluster-b"] != 0 || after["cluster-c"]+after["cluster-d"] == 0 {
 		t.Errorf("served after the region went down: %v, want eu-west clusters only", after)

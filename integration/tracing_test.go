@@ -15,8 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/infergate/infergate/devstack"
-	"github.com/infergate/infergate/sim/fleet"
-	"github.com/infergate/infergate/tier1/gateway"
 )
 
 // podLog records the traceparent header each simulated pod received: the
@@ -71,22 +69,9 @@ func TestTracingEndToEnd(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	pods := &podLog{}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	st, err := devstack.Start(ctx, devstack.Options{
-		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", TimeScale: 0.05,
-		Logger: slog.New(pods), TracerProvider: tp,
-		Clusters: []devstack.Cluster{{
-			Name: "solo", Region: devstack.HomeRegion, Cost: 1, Pricing: "spot",
-			Pools: []gateway.PoolConfig{{Name: "llama", Model: devstack.LlamaModel}},
-			Pods: []fleet.PodSpec{{Name: "solo-0", Model: "llama-3.1-8b", ServedModelName: devstack.LlamaModel,
-				GPU: "h100", Engine: "vllm", MaxNumSeqs: 64, Replicas: 1}},
-		}},
+	st, _ := startOnePodStack(t, func(o *devstack.Options) {
+		o.TimeScale, o.Logger, o.TracerProvider = 0.05, slog.New(pods), tp
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
 
 	for _, tc := range []struct {
 		name   string

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -132,24 +131,10 @@ func (c *Consul) Start() {
 	if c.cfgPath != "" {
 		args = append(args, "-config-file", c.cfgPath)
 	}
-	logf, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	cmd, done, err := startLogged(c.bin, args, c.logPath)
 	if err != nil {
-		c.t.Fatalf("testservice: consul log: %v", err)
+		c.t.Fatalf("testservice: consul: %v", err)
 	}
-	cmd := exec.Command(c.bin, args...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		c.t.Fatalf("testservice: start consul: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(done)
-	}()
 	c.cmd, c.done = cmd, done
 	if err := c.waitLeader(done, 30*time.Second); err != nil {
 		c.stopLocked()
@@ -172,18 +157,6 @@ func (c *Consul) stopLocked() {
 	}
 	terminate(c.cmd, c.done, 10*time.Second)
 	c.cmd, c.done = nil, nil
-}
-
-// terminate asks cmd to stop with SIGTERM and kills it after grace; done
-// is closed when the process has exited.
-func terminate(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
-	}
 }
 
 // waitLeader polls /v1/status/leader until it names a leader and the local

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -142,23 +141,10 @@ func (k *Kube) Start() {
 		"--v=0",
 	}
 	logPath := filepath.Join(k.dir, "kube-apiserver.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	cmd, done, err := startLogged(k.bin, args, logPath)
 	if err != nil {
-		k.t.Fatalf("testservice: kube-apiserver log: %v", err)
+		k.t.Fatalf("testservice: kube-apiserver: %v", err)
 	}
-	cmd := exec.Command(k.bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		k.t.Fatalf("testservice: start kube-apiserver: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(done)
-	}()
 	k.cmd, k.done = cmd, done
 	if err := k.waitReady(done, 90*time.Second); err != nil {
 		k.stopLocked()
@@ -227,28 +213,15 @@ func startEtcd(t testing.TB, bin, dir string) string {
 	client := "http://127.0.0.1:" + strconv.Itoa(FreePort(t))
 	peer := "http://127.0.0.1:" + strconv.Itoa(FreePort(t))
 	logPath := filepath.Join(dir, "etcd.log")
-	logf, err := os.Create(logPath)
+	cmd, done, err := startLogged(bin, []string{
+		"--name=test", "--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=test=" + peer, "--logger=zap", "--log-level=warn",
+	}, logPath)
 	if err != nil {
-		t.Fatalf("testservice: etcd log: %v", err)
+		t.Fatalf("testservice: etcd: %v", err)
 	}
-	cmd := exec.Command(bin,
-		"--name=test", "--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+client, "--advertise-client-urls="+client,
-		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
-		"--initial-cluster=test="+peer, "--logger=zap", "--log-level=warn",
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatalf("testservice: start etcd: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(done)
-	}()
 	t.Cleanup(func() { terminate(cmd, done, 10*time.Second) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

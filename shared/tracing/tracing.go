@@ -200,6 +200,33 @@ func (t Tracer) Start(ctx context.Context, name string, opts ...trace.SpanStartO
 	return t.t.Start(ctx, name, opts...)
 }
 
+// StartServer starts the server span of one incoming request (method,
+// path) and its attributes. The caller's traceparent in h becomes the
+// parent only when trustParent (the caller authenticated as a router);
+// otherwise the span starts a new trace linked to the caller's span, so a
+// client cannot choose trace IDs or force sampling.
+func (t Tracer) StartServer(ctx context.Context, name string, h http.Header, method, path string, trustParent bool) (context.Context, trace.Span) {
+	if t.t == nil {
+		return ctx, noSpan
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String(HTTPMethod, method), attribute.String(HTTPRoute, path))}
+	if op := Operation(path); op != "" {
+		opts = append(opts, trace.WithAttributes(attribute.String(GenAIOperation, op)))
+	}
+	if sc, ok := Remote(h); ok {
+		if trustParent {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		} else {
+			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc,
+				Attributes: []attribute.KeyValue{attribute.String("infergate.link", "client")}}))
+		}
+	} else if !trustParent {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return t.t.Start(ctx, name, opts...)
+}
+
 // Extract returns ctx carrying the remote span context of h's traceparent
 // (and tracestate), if valid.
 func Extract(ctx context.Context, h http.Header) context.Context {

@@ -27,21 +27,7 @@ import (
 // Besides wall time it reports cpu-ns/op, the process CPU per request,
 // which a busy shared machine does not distort.
 func BenchmarkProxy(b *testing.B) {
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/metrics":
-			fmt.Fprint(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.2\n")
-			return
-		case "/v1/models":
-			fmt.Fprint(w, `{"object":"list","data":[{"id":"llama","object":"model"}]}`)
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(completion)
-	}))
-	defer upstream.Close()
-	addr := strings.TrimPrefix(upstream.URL, "http://")
+	upstream := benchUpstream(b)
 	body := benchBody()
 
 	b.Run("bare", func(b *testing.B) {
@@ -55,34 +41,60 @@ func BenchmarkProxy(b *testing.B) {
 		runProxyBench(b, rp, body)
 	})
 	b.Run("infergate", func(b *testing.B) {
-		var y strings.Builder
-		fmt.Fprintf(&y, "auth: {tokens: [%s]}\npools: [{name: p, model: llama}]\npods:\n", testToken)
-		for i := 0; i < 4; i++ {
-			fmt.Fprintf(&y, "  - {name: pod-%d, address: %q, pool: p, engine: vllm}\n", i, addr)
-		}
-		var cfg Config
-		if err := config.Decode("bench.yaml", []byte(y.String()), &cfg); err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		gw, err := New(ctx, &cfg, Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer gw.Close()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if s, ok := gw.scraper.Get("pod-3"); ok && !s.LastSuccess.IsZero() {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatal("pods never scraped")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		runProxyBench(b, gw, body)
+		runProxyBench(b, benchGateway(b, upstream, Options{Logger: slog.New(slog.DiscardHandler)}), body)
 	})
+}
+
+// benchUpstream is one fast fake pod: an idle vLLM metrics page, a model
+// list, and a fixed chat completion.
+func benchUpstream(b *testing.B) *httptest.Server {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metrics":
+			fmt.Fprint(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.2\n")
+			return
+		case "/v1/models":
+			fmt.Fprint(w, `{"object":"list","data":[{"id":"llama","object":"model"}]}`)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(completion)
+	}))
+	b.Cleanup(upstream.Close)
+	return upstream
+}
+
+// benchGateway starts a gateway over 4 pods at upstream's address and
+// waits until they are scraped; it is closed when b ends.
+func benchGateway(b *testing.B, upstream *httptest.Server, opts Options) *Gateway {
+	addr := strings.TrimPrefix(upstream.URL, "http://")
+	var y strings.Builder
+	fmt.Fprintf(&y, "auth: {tokens: [%s]}\npools: [{name: p, model: llama}]\npods:\n", testToken)
+	for i := 0; i < 4; i++ {
+		fmt.Fprintf(&y, "  - {name: pod-%d, address: %q, pool: p, engine: vllm}\n", i, addr)
+	}
+	var cfg Config
+	if err := config.Decode("bench.yaml", []byte(y.String()), &cfg); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	gw, err := New(ctx, &cfg, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(gw.Close)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if s, ok := gw.scraper.Get("pod-3"); ok && !s.LastSuccess.IsZero() {
+			return gw
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("pods never scraped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 var completion = []byte(`{"id":"cmpl-1","object":"chat.completion","created":1,"model":"llama","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":200,"completion_tokens":10,"total_tokens":210}}`)

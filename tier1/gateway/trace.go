@@ -34,7 +34,7 @@ func (g *Gateway) traceRequest(r *http.Request, trusted bool) *http.Request {
 	if !g.tracer.Enabled() {
 		return r
 	}
-	ctx, _ := g.startServerSpan(r.Context(), "tier1.request", r.Header, r.Method, r.URL.Path, trusted)
+	ctx, _ := g.tracer.StartServer(r.Context(), "tier1.request", r.Header, r.Method, r.URL.Path, trusted)
 	return r.WithContext(ctx)
 }
 
@@ -46,24 +46,7 @@ func (g *Gateway) tracePick(ctx context.Context, h http.Header, path string, tru
 	if !g.tracer.Enabled() {
 		return ctx, noSpan
 	}
-	return g.startServerSpan(ctx, "tier1.pick", h, http.MethodPost, path, trusted)
-}
-
-func (g *Gateway) startServerSpan(ctx context.Context, name string, h http.Header, method, path string, trusted bool) (context.Context, trace.Span) {
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String(tracing.HTTPMethod, method), attribute.String(tracing.HTTPRoute, path))}
-	if op := tracing.Operation(path); op != "" {
-		opts = append(opts, trace.WithAttributes(attribute.String(tracing.GenAIOperation, op)))
-	}
-	if sc, ok := tracing.Remote(h); ok {
-		if trusted {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-		} else {
-			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc,
-				Attributes: []attribute.KeyValue{attribute.String("infergate.link", "client")}}))
-		}
-	}
-	return g.tracer.Start(ctx, name, opts...)
+	return g.tracer.StartServer(ctx, "tier1.pick", h, http.MethodPost, path, trusted)
 }
 
 // endRequest ends the request's span.

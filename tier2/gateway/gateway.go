@@ -412,7 +412,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	w.Header().Set(openai.HeaderRequestID, id)
 	log := g.log.With("request_id", id)
 	defer g.observe(w, endpoint, start)
-	r = g.traceRequest(r, endpoint)
+	r = g.traceRequest(r)
 	defer endRequest(r, w)
 	// The body must arrive in BodyReadTimeout, whoever sends it.
 	rc := http.NewResponseController(rw)

@@ -27,20 +27,11 @@ const tracerName = "github.com/infergate/infergate/tier2/gateway"
 // client's traceparent is not trusted as the parent (it would let any
 // client choose trace IDs and force sampling): the span starts a new
 // trace and links to the client's span instead.
-func (g *Gateway) traceRequest(r *http.Request, endpoint string) *http.Request {
+func (g *Gateway) traceRequest(r *http.Request) *http.Request {
 	if !g.tracer.Enabled() {
 		return r
 	}
-	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String(tracing.HTTPMethod, r.Method), attribute.String(tracing.HTTPRoute, r.URL.Path))}
-	if op := tracing.Operation(endpoint); op != "" {
-		opts = append(opts, trace.WithAttributes(attribute.String(tracing.GenAIOperation, op)))
-	}
-	if sc, ok := tracing.Remote(r.Header); ok {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc,
-			Attributes: []attribute.KeyValue{attribute.String("infergate.link", "client")}}))
-	}
-	ctx, _ := g.tracer.Start(r.Context(), "tier2.request", opts...)
+	ctx, _ := g.tracer.StartServer(r.Context(), "tier2.request", r.Header, r.Method, r.URL.Path, false)
 	return r.WithContext(ctx)
 }
 
