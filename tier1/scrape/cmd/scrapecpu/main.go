@@ -5,6 +5,7 @@
 //
 //	scrapecpu serve -pods 100 -page tier1/scrape/testdata/vllm_metrics.txt > addrs.txt
 //	scrapecpu scrape -addrs addrs.txt -interval 50ms -warmup 2s -for 10s
+//	scrapecpu floor -addrs addrs.txt -batch 10 -for 10s   # Linux: the transfer alone
 //
 // It uses only the package's exported API, so the same file builds against
 // an older scrape package for before/after figures.
@@ -39,6 +40,8 @@ func main() {
 		serve(os.Args[2:])
 	case "scrape":
 		scrapeCmd(os.Args[2:])
+	case "floor":
+		floorCmd(os.Args[2:])
 	default:
 		log.Fatalf("unknown mode %q", os.Args[1])
 	}

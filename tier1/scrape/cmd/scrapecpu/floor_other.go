@@ -1,0 +1,7 @@
+//go:build !linux
+
+package main
+
+import "log"
+
+func floorCmd([]string) { log.Fatal("scrapecpu floor: Linux only") }
