@@ -125,7 +125,11 @@ func (r *Redis) Start() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		r.cmd = nil
-		r.t.Fatalf("testservice: redis-server on %s: %v", r.Addr(), err)
+		logTail, _ := os.ReadFile(logf)
+		if len(logTail) > 2048 {
+			logTail = logTail[len(logTail)-2048:]
+		}
+		r.t.Fatalf("testservice: redis-server on %s: %v\nits log:\n%s", r.Addr(), err, logTail)
 	}
 }
 
@@ -215,7 +219,7 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 	c := &RedisCluster{}
 	for i := 0; i < 3; i++ {
 		dir := t.TempDir()
-		r := &Redis{t: t, bin: bin, dir: dir, port: FreePort(t), args: []string{
+		r := &Redis{t: t, bin: bin, dir: dir, port: FreeClusterPort(t), args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
@@ -251,23 +255,49 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 	return c
 }
 
-// rawCommand sends one RESP command and returns a simple or bulk reply.
+// rawCommand sends one RESP command on a connection of its own and
+// returns a simple or bulk reply.
 func rawCommand(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	out, err := rawCommands(addr, args)
 	if err != nil {
 		return "", err
 	}
+	return out[0], nil
+}
+
+// rawCommands sends the commands one after another on one connection and
+// returns their replies; it stops at the first error reply. Commands whose
+// meaning depends on the connection (WAIT counts replicas that acknowledged
+// this connection's last write) must go through here together.
+func rawCommands(addr string, cmds ...[]string) ([]string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
+	_ = c.SetDeadline(time.Now().Add(time.Duration(2*len(cmds)) * time.Second))
 	rd := bufio.NewReader(c)
+	var out []string
+	for _, args := range cmds {
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			return out, err
+		}
+		reply, err := readReply(rd)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, reply)
+	}
+	return out, nil
+}
+
+// readReply reads one simple, error, integer or bulk RESP reply.
+func readReply(rd *bufio.Reader) (string, error) {
 	line, err := rd.ReadString('\n')
 	if err != nil {
 		return "", err

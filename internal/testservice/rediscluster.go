@@ -40,7 +40,7 @@ func StartRedisHACluster(t testing.TB) *RedisHACluster {
 	c := &RedisHACluster{t: t}
 	for range 6 {
 		dir := t.TempDir()
-		r := &Redis{t: t, bin: srv, dir: dir, port: FreePort(t), args: []string{
+		r := &Redis{t: t, bin: srv, dir: dir, port: FreeClusterPort(t), args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", strconv.Itoa(int(NodeTimeout / time.Millisecond)),

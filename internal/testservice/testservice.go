@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -49,4 +50,31 @@ func Binary(t testing.TB, env, name string) string {
 	}
 	t.Skip("testservice: " + msg)
 	return ""
+}
+
+// FreeClusterPort is FreePort for a Redis Cluster node, which also listens
+// on its port + 10,000 for the cluster bus: both must be free, and the
+// port at most 55,535 (redis-server refuses to start otherwise).
+func FreeClusterPort(t testing.TB) int {
+	t.Helper()
+	for range 200 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testservice: free port: %v", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		if p > 55535 {
+			_ = l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
+		_ = l.Close()
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return p
+	}
+	t.Fatal("testservice: no free port whose cluster bus port is free too")
+	return 0
 }
