@@ -116,6 +116,10 @@ func Decide(req *picker.Request, schedErr error) Decision {
 				Message: "every model server of this model is saturated; retry later", RetryAfter: ShedRetryAfter}
 		}
 		return Decision{Action: Wait}
+	case errors.Is(schedErr, picker.ErrBusy):
+		// Not saturated, only holding so the wait queue chooses the order:
+		// sheddable requests wait too (behind the others).
+		return Decision{Action: Wait}
 	case errors.Is(schedErr, picker.ErrNoCandidates):
 		return Decision{Action: Fail, Status: http.StatusServiceUnavailable, Code: "no_ready_pod",
 			Message: fmt.Sprintf("no ready model server for model %q", req.Model)}
@@ -145,7 +149,7 @@ func Arrive(req *picker.Request, waitersAhead bool) Decision {
 // its last scheduling attempt: still saturated, it goes to the best pod
 // anyway (the model server queues it) rather than failing.
 func Expired(req *picker.Request, schedErr error) Decision {
-	if errors.Is(schedErr, picker.ErrSaturated) {
+	if errors.Is(schedErr, picker.ErrSaturated) || errors.Is(schedErr, picker.ErrBusy) {
 		return Decision{Action: Dispatch}
 	}
 	return Decide(req, schedErr)

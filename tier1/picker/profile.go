@@ -56,6 +56,19 @@ func (s ScorerConfig) On() bool {
 type SaturationConfig struct {
 	QueueThreshold int     `yaml:"queue_threshold"` // default 5
 	KVThreshold    float64 `yaml:"kv_threshold"`    // default 0.8
+	// PrefillWait holds requests in the router while every pod has this
+	// much prefill queued (SaturationDetector.Busy, ErrBusy); 0 = off.
+	PrefillWait time.Duration `yaml:"prefill_wait"`
+}
+
+// WaitOrderConfig orders the router's wait queue within one priority
+// (tier1/admission.Order). The zero value is arrival order.
+type WaitOrderConfig struct {
+	// ShortestPrefill, when > 0, ranks a waiter by its arrival time plus
+	// ShortestPrefill × its estimated prefill time (Scheduler.PrefillTime):
+	// shorter prefills go first, and a waiter is passed only by requests
+	// arriving less than ShortestPrefill × its own prefill time after it.
+	ShortestPrefill float64 `yaml:"shortest_prefill"`
 }
 
 // ProfileConfig is one scheduling profile: filters run in order, enabled
@@ -71,6 +84,7 @@ type ProfileConfig struct {
 	StaleAfter time.Duration    `yaml:"stale_after"` // metrics older than this are stale
 	MaxRanked  int              `yaml:"max_ranked"`  // len(Result.Ranked) cap; 0 = 5, <0 = all
 	Saturation SaturationConfig `yaml:"saturation"`
+	WaitOrder  WaitOrderConfig  `yaml:"wait_order"`
 }
 
 // Default values of ProfileConfig fields.
@@ -258,8 +272,11 @@ func (c *ProfileConfig) Validate() error {
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale_after %v is negative", c.StaleAfter))
 	}
-	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 {
+	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 {
 		errs = append(errs, errors.New("saturation thresholds must not be negative"))
+	}
+	if !(c.WaitOrder.ShortestPrefill >= 0) {
+		errs = append(errs, fmt.Errorf("wait_order.shortest_prefill %v must be ≥ 0", c.WaitOrder.ShortestPrefill))
 	}
 	return errors.Join(errs...)
 }
@@ -274,6 +291,7 @@ type profileOverlay struct {
 	StaleAfter *time.Duration    `yaml:"stale_after"`
 	MaxRanked  *int              `yaml:"max_ranked"`
 	Saturation *SaturationConfig `yaml:"saturation"`
+	WaitOrder  *WaitOrderConfig  `yaml:"wait_order"`
 }
 
 type scorerOverlay struct {
@@ -330,6 +348,12 @@ func (c *ProfileConfig) UnmarshalYAML(n *yaml.Node) error {
 		if o.Saturation.KVThreshold != 0 {
 			base.Saturation.KVThreshold = o.Saturation.KVThreshold
 		}
+		if o.Saturation.PrefillWait != 0 {
+			base.Saturation.PrefillWait = o.Saturation.PrefillWait
+		}
+	}
+	if o.WaitOrder != nil {
+		base.WaitOrder = *o.WaitOrder
 	}
 	for _, so := range o.Scorers {
 		i := slices.IndexFunc(base.Scorers, func(s ScorerConfig) bool { return s.Name == so.Name })
