@@ -2,6 +2,7 @@ package picker
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 )
@@ -39,6 +40,9 @@ func TestBusy(t *testing.T) {
 func TestScheduleBusy(t *testing.T) {
 	cfg := DefaultProfile()
 	cfg.Saturation.PrefillWait = 400 * time.Millisecond
+	if DefaultProfile().Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatal("default profile does not hold")
+	}
 	busy := func(name string) *Pod { return mkPod(name, prefill(10000), uncachedQueued(6000)) }
 	free := func(name string) *Pod { return mkPod(name, prefill(10000), uncachedQueued(1000)) }
 	full := func(name string) *Pod { return mkPod(name, prefill(10000), waiting(9)) }
@@ -52,7 +56,7 @@ func TestScheduleBusy(t *testing.T) {
 		{"every pod busy", cfg, []*Pod{busy("a"), busy("b")}, ErrBusy},
 		{"busy and saturated", cfg, []*Pod{busy("a"), full("b")}, ErrBusy},
 		{"every pod saturated", cfg, []*Pod{full("a"), full("b")}, ErrSaturated},
-		{"holding off", DefaultProfile(), []*Pod{busy("a"), busy("b")}, nil},
+		{"holding off", GIEDefaultProfile(), []*Pod{busy("a"), busy("b")}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,9 +111,44 @@ func TestProfileHoldYAML(t *testing.T) {
 	if c.Saturation.PrefillWait != 400*time.Millisecond || c.WaitOrder.ShortestPrefill != 4 || c.Saturation.QueueThreshold != DefaultQueueThreshold {
 		t.Fatalf("parsed %+v %+v", c.Saturation, c.WaitOrder)
 	}
+	if c, err := ParseProfile("t", []byte("saturation: {prefill_wait: 0s}\n")); err != nil || c.Saturation.PrefillWait != 0 {
+		t.Fatalf("prefill_wait 0 does not turn holding off: %v %v", c.Saturation.PrefillWait, err)
+	}
+	if c, err := ParseProfile("t", []byte("saturation: {queue_threshold: 7}\n")); err != nil || c.Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatalf("default holding lost: %v %v", c.Saturation.PrefillWait, err)
+	}
+	if c, err := ParseProfile("t", []byte("base: gie\n")); err != nil || c.Saturation.PrefillWait != 0 {
+		t.Fatalf("GIE's profile holds: %v %v", c.Saturation.PrefillWait, err)
+	}
 	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "wait_order: {shortest_prefill: -1}\n", "wait_order: {shortest: 1}\n"} {
 		if _, err := ParseProfile("t", []byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func TestHoldExampleProfiles(t *testing.T) {
+	tests := []struct {
+		file  string
+		wait  time.Duration
+		order float64
+	}{
+		{"picker-no-hold.yaml", 0, 0},
+		{"picker-shortest-prefill.yaml", DefaultPrefillWait, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile("../../examples/" + tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ParseProfile(tt.file, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Saturation.PrefillWait != tt.wait || c.WaitOrder.ShortestPrefill != tt.order {
+				t.Fatalf("prefill_wait %v, shortest_prefill %v", c.Saturation.PrefillWait, c.WaitOrder.ShortestPrefill)
+			}
+		})
 	}
 }
