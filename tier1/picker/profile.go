@@ -291,12 +291,12 @@ func (c *ProfileConfig) Validate() error {
 // profileOverlay is the YAML shape: every field optional so that what is
 // absent keeps the base's value.
 type profileOverlay struct {
-	Base       string            `yaml:"base"`
-	Filters    *[]string         `yaml:"filters"`
-	Scorers    []scorerOverlay   `yaml:"scorers"`
-	Picker     string            `yaml:"picker"`
-	StaleAfter *time.Duration    `yaml:"stale_after"`
-	MaxRanked  *int              `yaml:"max_ranked"`
+	Base       string             `yaml:"base"`
+	Filters    *[]string          `yaml:"filters"`
+	Scorers    []scorerOverlay    `yaml:"scorers"`
+	Picker     string             `yaml:"picker"`
+	StaleAfter *time.Duration     `yaml:"stale_after"`
+	MaxRanked  *int               `yaml:"max_ranked"`
 	Saturation *saturationOverlay `yaml:"saturation"`
 	WaitOrder  *WaitOrderConfig   `yaml:"wait_order"`
 }
