@@ -81,7 +81,9 @@ func Cases() []Case {
 		{Name: "prefill under the wait", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 300 * time.Millisecond, Want: admission.Dispatch},
 		{Name: "every pod busy: standard held", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Want: admission.Wait},
 		{Name: "every pod busy: critical held", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Priority: 1, Want: admission.Wait},
-		{Name: "every pod busy: sheddable held, not shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Wait},
+		{Name: "every pod busy: sheddable neither held nor shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Dispatch},
 		{Name: "busy and queued: sheddable shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Waiting: 8, Sheddable: true, Priority: -1, Want: admission.Shed},
+		{Name: "holding: busy, sheddable behind a held waiter shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Ahead: true, Sheddable: true, Priority: -1, Want: admission.Shed},
+		{Name: "holding: idle, standard behind waiter waits", PrefillWait: 400 * time.Millisecond, Ahead: true, Want: admission.Wait},
 	}
 }

@@ -27,7 +27,7 @@ func TestDecide(t *testing.T) {
 		{"saturated sheddable shed", shed, picker.ErrSaturated, Shed, 429, "pool_saturated"},
 		{"wrapped saturation", shed, fmt.Errorf("x: %w", picker.ErrSaturated), Shed, 429, "pool_saturated"},
 		{"busy waits", std, picker.ErrBusy, Wait, 0, ""},
-		{"busy sheddable held, not shed", shed, picker.ErrBusy, Wait, 0, ""},
+		{"busy sheddable neither held nor shed", shed, picker.ErrBusy, Dispatch, 0, ""},
 		{"no pod", std, picker.ErrNoCandidates, Fail, 503, "no_ready_pod"},
 		{"timed out", std, context.DeadlineExceeded, Fail, 504, "timeout"},
 		{"client gone", std, context.Canceled, Fail, StatusClientClosed, "timeout"},
@@ -61,7 +61,7 @@ func TestArriveAndExpired(t *testing.T) {
 	if a := Expired(std, picker.ErrSaturated).Action; a != Dispatch {
 		t.Errorf("expired saturated: %v", a)
 	}
-	if a := Expired(shed, picker.ErrBusy).Action; a != Dispatch {
+	if a := Expired(std, picker.ErrBusy).Action; a != Dispatch {
 		t.Errorf("expired busy: %v", a)
 	}
 	if a := Expired(std, picker.ErrNoCandidates).Action; a != Fail {
