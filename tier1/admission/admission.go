@@ -12,16 +12,17 @@
 //     the wait queue behind requests of equal or higher priority (a
 //     sheddable one is shed instead).
 //  3. The caller runs picker.Scheduler.ScheduleInto.
-//  4. Decide maps the scheduler's answer to a Decision: dispatch, wait (every pod saturated, or busy with queued
-//     prefill when holding; sheddable requests are never held), shed (sheddable requests are refused at once
-//     when every pod is saturated) or fail, with the HTTP status and
-//     OpenAI error code. Expired is the decision when a waiter's bounded
-//     wait runs out.
+//  4. Decide maps the scheduler's answer to a Decision: dispatch, wait
+//     (every pod saturated, or busy with queued prefill when the profile
+//     holds; sheddable requests are never held), shed (sheddable requests
+//     are refused at once when every pod is saturated) or fail, with the
+//     HTTP status and OpenAI error code. Expired is the decision when a
+//     waiter's bounded wait runs out.
 //
 // Queue is the wait queue's order (priority descending, then Order within
-// a priority: arrival, or shortest prefill with aging) without any locking
-// or clock, so the gateway wraps it with a
-// mutex and wake-ups and the benchmark drives it from virtual time.
+// a priority: arrival, or shortest prefill with aging) without any
+// locking or clock, so the gateway wraps it with a mutex and wake-ups and
+// the benchmark drives it from virtual time.
 //
 // Nothing here does I/O or reads a clock or a lock, so the same inputs
 // give the same Decision in the proxy, in Pick and in the benchmark.
