@@ -25,10 +25,19 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 			st := workload.Stream{Duration: time.Second, Requests: []workload.Request{
 				{ID: 1, PromptTokens: 100, OutputTokens: 10, Priority: tc.Priority, Sheddable: tc.Sheddable},
 			}}
-			s, err := newSim(context.Background(), Setup{Name: "t", Fleet: f}, pol, 1, st, Options{})
+			prof := pol.Profile.Clone()
+			prof.Saturation.PrefillWait = tc.PrefillWait
+			p := pol
+			p.Profile = &prof
+			s, err := newSim(context.Background(), Setup{Name: "t", Fleet: f}, p, 1, st, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
+			var names []string
+			for _, v := range s.views {
+				names = append(names, v.Name)
+			}
+			defer tc.Prime(s.tracker, names)()
 			now := time.Second
 			for _, p := range s.pods {
 				p.last = picker.Metrics{Waiting: tc.Waiting, KVUsage: tc.KV, HasKV: true}

@@ -192,15 +192,17 @@ type sim struct {
 	seed    uint64
 	result  picker.Result
 
-	states    []reqState
-	queue     admission.Queue[int] // request indices waiting in the router
-	finished  int
-	lastDone  time.Duration
-	ticks     int
-	loadEvery int
-	err       error
-	out       report.Run
-	rep       *replicaSet // several routers (bench/replicas.go), else nil
+	states []reqState
+	queue  admission.Queue[int] // request indices waiting in the router
+	// wakePending: a wake of the wait queues is scheduled (wakeOnFirstToken).
+	wakePending bool
+	finished    int
+	lastDone    time.Duration
+	ticks       int
+	loadEvery   int
+	err         error
+	out         report.Run
+	rep         *replicaSet // several routers (bench/replicas.go), else nil
 	// onDone, if set (tests, diagnostics), sees every finished request.
 	onDone     func(i int, at time.Duration, res engine.Result)
 	onDispatch func(i, pod int, now time.Duration)
@@ -400,10 +402,11 @@ func (s *sim) finish(now time.Duration) {
 func (s *sim) schedule(now time.Duration, i int) error {
 	s.refresh(now)
 	err := s.sched.ScheduleInto(&s.result, s.states[i].preq, s.views)
+	waits := errors.Is(err, picker.ErrSaturated) || errors.Is(err, picker.ErrBusy)
 	switch {
-	case errors.Is(err, picker.ErrSaturated) && !s.pol.Queue:
+	case waits && !s.pol.Queue:
 		return nil
-	case err != nil && !errors.Is(err, picker.ErrSaturated) && !errors.Is(err, picker.ErrNoCandidates):
+	case err != nil && !waits && !errors.Is(err, picker.ErrNoCandidates):
 		s.err = fmt.Errorf("schedule request %d: %w", s.states[i].w.ID, err)
 	}
 	return err
@@ -460,7 +463,7 @@ func (s *sim) apply(now time.Duration, i int, d admission.Decision) {
 		s.dispatchTo(now, i, s.viewIdx[s.result.Ranked[0]])
 	case admission.Wait:
 		s.states[i].queuedAt = now
-		s.queue.Push(s.states[i].preq.Priority, i)
+		s.queue.PushKey(s.states[i].preq.Priority, s.waitKey(now, i), i)
 	case admission.Shed:
 		s.out.Shed++
 		s.finish(now)
@@ -468,6 +471,18 @@ func (s *sim) apply(now time.Duration, i int, d admission.Decision) {
 		s.out.Failed++
 		s.finish(now)
 	}
+}
+
+// waitKey is request i's rank in the wait queue from now (admission.Order,
+// as Tier 1's gateway computes it).
+func (s *sim) waitKey(now time.Duration, i int) time.Duration {
+	o := admission.OrderOf(s.sched.WaitOrder())
+	var prefill time.Duration
+	if o.Ranked() {
+		s.refresh(now)
+		prefill = s.sched.PrefillTime(s.states[i].preq, s.views)
+	}
+	return o.Key(now, prefill)
 }
 
 // drainQueue is Tier 1's wait queue at a scrape (Tier 1 wakes its queue on
@@ -500,6 +515,24 @@ func (s *sim) drainQueue(now time.Duration) {
 	}
 }
 
+// wakeOnFirstToken is Tier 1's wake of its wait queues at a first token
+// (the pod's queued prefill shrank), at the same virtual time. Only holding
+// (saturation.prefill_wait) reads the prefill in flight: without it a first
+// token changes no admission decision, so the wake is skipped and runs
+// without holding draw the same tie-breaks as before it existed.
+func (s *sim) wakeOnFirstToken(at time.Duration) {
+	if s.sched == nil || s.wakePending || s.sched.Saturation().PrefillWait <= 0 {
+		return
+	}
+	s.wakePending = true
+	s.loop.At(at, func(now time.Duration) {
+		s.wakePending = false
+		if s.err == nil {
+			s.drainQueues(now)
+		}
+	})
+}
+
 // expired reports whether request i has waited its bound.
 func (s *sim) expired(now time.Duration, i int) bool {
 	st := &s.states[i]
@@ -526,6 +559,7 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 		MaxTokens:    st.w.OutputTokens,
 		OnFirstToken: func(at time.Duration) {
 			tracker.FirstToken(name, st.preq, at-arrival)
+			s.wakeOnFirstToken(at)
 		},
 		OnDone: func(at time.Duration, res engine.Result) {
 			tracker.Done(name, st.preq)

@@ -3,12 +3,20 @@
 // take the same decision for the same snapshot of pod state.
 package admissiontest
 
-import "github.com/infergate/infergate/tier1/admission"
+import (
+	"time"
+
+	"github.com/infergate/infergate/tier1/admission"
+	"github.com/infergate/infergate/tier1/picker"
+)
 
 // Case is one snapshot: every pod of a two-pod pool reports Waiting queued
 // requests and KV-cache usage KV; one request of Priority (sheddable if
 // Sheddable) arrives; if Ahead is set, a request of priority AheadPrio is
-// already waiting in the router's queue.
+// already waiting in the router's queue. The profile holds requests while
+// every pod has PrefillWait of prefill queued (saturation.prefill_wait, 0 =
+// off), and the router has QueuedPrefill of prefill in flight on each pod
+// (see Prime).
 type Case struct {
 	Name      string
 	Waiting   int
@@ -17,7 +25,39 @@ type Case struct {
 	Sheddable bool
 	Ahead     bool
 	AheadPrio int
-	Want      admission.Action
+	// PrefillWait is the profile's saturation.prefill_wait.
+	PrefillWait time.Duration
+	// QueuedPrefill is the router's in-flight prefill on every pod, at
+	// Speed.
+	QueuedPrefill time.Duration
+	Want          admission.Action
+}
+
+// Speed is the prefill speed (tokens/s) Prime teaches the router for
+// every pod.
+const Speed = 10000
+
+// Prime gives the router's tracker the case's own state for pods: each
+// has learned Speed from one first token, and has QueuedPrefill of
+// uncached prompt in flight. undo ends the in-flight requests.
+func (c Case) Prime(tr *picker.Tracker, pods []string) (undo func()) {
+	var flights []*picker.Request
+	for _, pod := range pods {
+		teach := &picker.Request{ID: "teach", PromptTokens: Speed}
+		tr.Dispatched(pod, teach)
+		tr.FirstToken(pod, teach, time.Second)
+		tr.Done(pod, teach)
+		if c.QueuedPrefill > 0 {
+			r := &picker.Request{ID: "queued-" + pod, PromptTokens: int(c.QueuedPrefill.Seconds() * Speed)}
+			tr.Dispatched(pod, r)
+			flights = append(flights, r)
+		}
+	}
+	return func() {
+		for i, r := range flights {
+			tr.Done(pods[i], r)
+		}
+	}
 }
 
 // Cases returns the shared table. Saturation uses the default profile's
@@ -36,5 +76,14 @@ func Cases() []Case {
 		{Name: "idle, sheddable behind waiter", Ahead: true, Sheddable: true, Priority: -1, Want: admission.Shed},
 		{Name: "idle, critical passes standard waiter", Ahead: true, Priority: 1, Want: admission.Dispatch},
 		{Name: "idle, critical behind critical waiter", Ahead: true, AheadPrio: 1, Priority: 1, Want: admission.Wait},
+		// Holding (saturation.prefill_wait 400 ms).
+		{Name: "prefill queued, holding off", QueuedPrefill: 600 * time.Millisecond, Want: admission.Dispatch},
+		{Name: "prefill under the wait", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 300 * time.Millisecond, Want: admission.Dispatch},
+		{Name: "every pod busy: standard held", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Want: admission.Wait},
+		{Name: "every pod busy: critical held", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Priority: 1, Want: admission.Wait},
+		{Name: "every pod busy: sheddable neither held nor shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Dispatch},
+		{Name: "busy and queued: sheddable shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Waiting: 8, Sheddable: true, Priority: -1, Want: admission.Shed},
+		{Name: "holding: busy, sheddable behind a held waiter shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Ahead: true, Sheddable: true, Priority: -1, Want: admission.Shed},
+		{Name: "holding: idle, standard behind waiter waits", PrefillWait: 400 * time.Millisecond, Ahead: true, Want: admission.Wait},
 	}
 }

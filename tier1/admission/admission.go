@@ -12,14 +12,17 @@
 //     the wait queue behind requests of equal or higher priority (a
 //     sheddable one is shed instead).
 //  3. The caller runs picker.Scheduler.ScheduleInto.
-//  4. Decide maps the scheduler's answer to a Decision: dispatch, wait,
-//     shed (sheddable requests are refused at once when every pod is
-//     saturated) or fail, with the HTTP status and OpenAI error code.
-//     Expired is the decision when a waiter's bounded wait runs out.
+//  4. Decide maps the scheduler's answer to a Decision: dispatch, wait
+//     (every pod saturated, or busy with queued prefill when the profile
+//     holds; sheddable requests are never held), shed (sheddable requests
+//     are refused at once when every pod is saturated) or fail, with the
+//     HTTP status and OpenAI error code. Expired is the decision when a
+//     waiter's bounded wait runs out.
 //
-// Queue is the wait queue's order (priority descending, FIFO within a
-// priority) without any locking or clock, so the gateway wraps it with a
-// mutex and wake-ups and the benchmark drives it from virtual time.
+// Queue is the wait queue's order (priority descending, then Order within
+// a priority: arrival, or shortest prefill with aging) without any
+// locking or clock, so the gateway wraps it with a mutex and wake-ups and
+// the benchmark drives it from virtual time.
 //
 // Nothing here does I/O or reads a clock or a lock, so the same inputs
 // give the same Decision in the proxy, in Pick and in the benchmark.
@@ -116,6 +119,14 @@ func Decide(req *picker.Request, schedErr error) Decision {
 				Message: "every model server of this model is saturated; retry later", RetryAfter: ShedRetryAfter}
 		}
 		return Decision{Action: Wait}
+	case errors.Is(schedErr, picker.ErrBusy):
+		// Not saturated, only holding so that a held request goes to the
+		// pod that drains first. Sheddable requests never wait in the
+		// router: while the pool is not saturated they go at once.
+		if req.Sheddable {
+			return Decision{Action: Dispatch}
+		}
+		return Decision{Action: Wait}
 	case errors.Is(schedErr, picker.ErrNoCandidates):
 		return Decision{Action: Fail, Status: http.StatusServiceUnavailable, Code: "no_ready_pod",
 			Message: fmt.Sprintf("no ready model server for model %q", req.Model)}
@@ -131,9 +142,10 @@ func Decide(req *picker.Request, schedErr error) Decision {
 
 // Arrive is the decision on arrival, before scheduling. waitersAhead is
 // Queue.Ahead(req.Priority): someone of equal or higher priority already
-// waits, so the pool was saturated at the last look and the newcomer
-// queues behind them (or is shed, if sheddable) instead of jumping the
-// line. Otherwise the Action is Schedule.
+// waits, so the pool was saturated (or, when the profile holds, busy) at
+// the last look and the newcomer queues behind them (or is shed, if
+// sheddable) instead of jumping the line. Otherwise the Action is
+// Schedule.
 func Arrive(req *picker.Request, waitersAhead bool) Decision {
 	if !waitersAhead {
 		return Decision{Action: Schedule}
@@ -145,7 +157,7 @@ func Arrive(req *picker.Request, waitersAhead bool) Decision {
 // its last scheduling attempt: still saturated, it goes to the best pod
 // anyway (the model server queues it) rather than failing.
 func Expired(req *picker.Request, schedErr error) Decision {
-	if errors.Is(schedErr, picker.ErrSaturated) {
+	if errors.Is(schedErr, picker.ErrSaturated) || errors.Is(schedErr, picker.ErrBusy) {
 		return Decision{Action: Dispatch}
 	}
 	return Decide(req, schedErr)

@@ -170,7 +170,7 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 			p.Fallbacks = append(p.Fallbacks, r.Address)
 		}
 	}
-	p.ft = firstToken{g: g, req: req, pool: pool.cfg.Name, start: start, dispatched: p.dispatched}
+	p.ft = firstToken{g: g, req: req, pool: pool.cfg.Name, queue: pool.queue, start: start, dispatched: p.dispatched}
 	g.tracker.Dispatched(p.pod, req)
 	return p, nil
 }

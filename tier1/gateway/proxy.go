@@ -328,7 +328,7 @@ func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, ca
 	out.Header = g.upstreamHeader(actx, c.header)
 	out.ContentLength = int64(len(c.data))
 
-	ft := firstToken{g: g, req: c.req, pool: c.pool.cfg.Name, start: c.start, dispatched: time.Now(),
+	ft := firstToken{g: g, req: c.req, pool: c.pool.cfg.Name, queue: c.pool.queue, start: c.start, dispatched: time.Now(),
 		end: openai.StreamEnder{API: openai.APIForPath(c.r.URL.Path)}, span: g.traceSpan(ctx)}
 	g.tracker.Dispatched(pod.Name, c.req)
 	defer func() {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"time"
 
 	"github.com/infergate/infergate/tier1/admission"
 )
@@ -10,27 +11,31 @@ import (
 // saturated, made safe for concurrent use and able to wake its waiters.
 // Only the head re-runs the scheduler when woken (see waitForCapacity).
 type waitQueue struct {
-	mu   sync.Mutex
-	q    admission.Queue[*waiter]
-	wake chan struct{}
+	mu    sync.Mutex
+	q     admission.Queue[*waiter]
+	wake  chan struct{}
+	epoch time.Time // zero of the queue's keys (monotonic clock)
 }
 
 // waiter is one queued request; its address is its identity.
 type waiter struct{ prio int }
 
 func newWaitQueue() *waitQueue {
-	return &waitQueue{wake: make(chan struct{})}
+	return &waitQueue{wake: make(chan struct{}), epoch: time.Now()}
 }
 
-// enter adds a waiter unless the queue already holds maxLen.
-func (q *waitQueue) enter(prio, maxLen int) (*waiter, bool) {
+// enter adds a waiter of priority prio that ranks by prefill (its
+// estimated prefill time, admission.Order) unless the queue already holds
+// maxLen.
+func (q *waitQueue) enter(prio int, order admission.Order, prefill time.Duration, maxLen int) (*waiter, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.q.Len() >= maxLen {
 		return nil, false
 	}
 	w := &waiter{prio: prio}
-	q.q.Push(prio, w)
+	// Read under the lock, so keys of arrival order never go back.
+	q.q.PushKey(prio, order.Key(time.Since(q.epoch), prefill), w)
 	return w, true
 }
 

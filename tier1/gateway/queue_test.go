@@ -3,6 +3,8 @@ package gateway
 import (
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/tier1/admission"
 )
 
 func TestWaitQueueOrder(t *testing.T) {
@@ -14,7 +16,7 @@ func TestWaitQueueOrder(t *testing.T) {
 	arrivals := []in{{"std1", 0}, {"low", -1}, {"crit1", 2}, {"std2", 0}, {"crit2", 2}, {"mid", 1}}
 	ws := map[string]*waiter{}
 	for _, a := range arrivals {
-		w, ok := q.enter(a.prio, 10)
+		w, ok := q.enter(a.prio, admission.Order{}, 0, 10)
 		if !ok {
 			t.Fatal("enter refused")
 		}
@@ -32,16 +34,16 @@ func TestWaitQueueOrder(t *testing.T) {
 	}
 	// Bounded.
 	for i := 0; i < 2; i++ {
-		q.enter(0, 2)
+		q.enter(0, admission.Order{}, 0, 2)
 	}
-	if _, ok := q.enter(5, 2); ok {
+	if _, ok := q.enter(5, admission.Order{}, 0, 2); ok {
 		t.Error("enter beyond max_len accepted")
 	}
 }
 
 func TestWaitQueueSignal(t *testing.T) {
 	q := newWaitQueue()
-	w, _ := q.enter(0, 10)
+	w, _ := q.enter(0, admission.Order{}, 0, 10)
 	_, ch := q.isHead(w)
 	q.signal()
 	select {

@@ -86,7 +86,13 @@ func (g *Gateway) schedule(ctx context.Context, st *state, pool *poolState, req 
 func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
 	maxWait := admission.MaxWait(req, st.cfg.Queue.MaxWait, st.cfg.Queue.CriticalMaxWait)
 	q := pool.queue
-	w, ok := q.enter(req.Priority, st.cfg.Queue.MaxLen)
+	order := admission.OrderOf(g.sched.WaitOrder())
+	var prefill time.Duration
+	if order.Ranked() {
+		g.snapshot(st, pool, req, cb)
+		prefill = g.sched.PrefillTime(req, cb.ptrs)
+	}
+	w, ok := q.enter(req.Priority, order, prefill, st.cfg.Queue.MaxLen)
 	if !ok {
 		// Queue full: the best pod now, as if the wait had run out.
 		return admission.Expired(req, g.schedule(ctx, st, pool, req, cb))

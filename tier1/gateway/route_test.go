@@ -30,9 +30,19 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 			req := &picker.Request{ID: "x", Model: "llama", BaseModel: "llama", Pool: "llama-pool",
 				Priority: tc.Priority, Sheddable: tc.Sheddable}
 			if tc.Ahead {
-				w, _ := pool.queue.enter(tc.AheadPrio, 10)
+				w, _ := pool.queue.enter(tc.AheadPrio, admission.Order{}, 0, 10)
 				defer pool.queue.leave(w)
 			}
+			prof := e.gw.sched.Profile()
+			prof.Saturation.PrefillWait = tc.PrefillWait
+			if err := e.gw.sched.Update(prof); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, p := range pool.pods {
+				names = append(names, p.cfg.Name)
+			}
+			defer tc.Prime(e.gw.tracker, names)()
 			cb := &cycleBuf{}
 			if got := e.gw.arrival(context.Background(), st, pool, req, cb).Action; got != tc.Want {
 				t.Errorf("decision %v, want %v", got, tc.Want)

@@ -127,8 +127,9 @@ type firstToken struct {
 	g          *Gateway
 	req        *picker.Request
 	pool       string
-	start      time.Time // the client's request arrived
-	dispatched time.Time // sent to the pod
+	queue      *waitQueue // the pool's: woken when the prefill leaves the pod
+	start      time.Time  // the client's request arrived
+	dispatched time.Time  // sent to the pod
 	sse        bool
 	scan       tokenScanner
 	seen       bool
@@ -154,6 +155,11 @@ func (f *firstToken) observe(pod string, chunk []byte, force bool) {
 	f.seen = true
 	f.scan.buf = nil
 	f.g.tracker.FirstToken(pod, f.req, time.Since(f.dispatched))
+	if f.queue != nil {
+		// The pod's queued prefill just shrank: a request held for it
+		// (saturation.prefill_wait) may go now.
+		f.queue.signal()
+	}
 	f.g.m.ttft.WithLabelValues(f.req.Model, f.pool).Observe(time.Since(f.start).Seconds())
 	traceFirstToken(f.span, f.start)
 }

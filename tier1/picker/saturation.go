@@ -10,6 +10,9 @@ type SaturationDetector struct {
 	QueueThreshold int           // default DefaultQueueThreshold
 	KVThreshold    float64       // default DefaultKVThreshold
 	StaleAfter     time.Duration // default DefaultStaleAfter
+	// PrefillWait, when > 0, marks a pod busy (see Busy) once the prefill
+	// the router has queued on it would take this long. 0 = off.
+	PrefillWait time.Duration
 }
 
 func (d SaturationDetector) withDefaults() SaturationDetector {
@@ -42,6 +45,27 @@ func (d SaturationDetector) Saturated(p *Pod) bool {
 		return true
 	}
 	return p.Metrics.HasKV && p.Metrics.KVUsage >= d.KVThreshold
+}
+
+// Busy reports whether the prefill queued on p reaches PrefillWait: the
+// router's in-flight uncached prompt tokens (its own and its peers') at
+// speed tokens per second, which is p's learned PrefillTokensPerSec when
+// known. A busy pod still takes work; when every candidate is busy the
+// scheduler says so (ErrBusy) and the caller holds the request, so that it
+// chooses the order in which held requests reach the pods (the engine
+// serves what it was sent first come, first served). Off (false) when
+// PrefillWait is 0 or no speed is known.
+func (d SaturationDetector) Busy(p *Pod, speed float64) bool {
+	if d.PrefillWait <= 0 {
+		return false
+	}
+	if p.PrefillTokensPerSec > 0 {
+		speed = p.PrefillTokensPerSec
+	}
+	if !(speed > 0) {
+		return false
+	}
+	return float64(p.InFlightUncachedTokens) >= speed*d.PrefillWait.Seconds()
 }
 
 // PoolSaturation is GIE's pool-level signal: the mean over pods of

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Sentinel errors returned by Schedule.
@@ -17,6 +18,11 @@ var (
 	// sheds. The Result is still fully populated, so a caller that must
 	// not wait can dispatch to Ranked[0].
 	ErrSaturated = errors.New("picker: every candidate pod is saturated")
+	// ErrBusy: no candidate is saturated, but every one already has the
+	// profile's saturation.prefill_wait of prefill queued; the caller holds
+	// the request in its wait queue (see SaturationDetector.Busy). The
+	// Result is fully populated, as with ErrSaturated.
+	ErrBusy = errors.New("picker: every candidate pod has its prefill wait queued")
 )
 
 // Options are a Scheduler's collaborators. The zero value works: no
@@ -49,6 +55,9 @@ type Result struct {
 	Scores [][]float64
 	// Saturated is set when every candidate is saturated (ErrSaturated).
 	Saturated bool
+	// Busy is set when every candidate is saturated or busy and at least
+	// one is only busy (ErrBusy).
+	Busy bool
 
 	flat []float64
 }
@@ -144,6 +153,9 @@ func (s *Scheduler) Update(cfg ProfileConfig) error {
 // Profile returns the configuration in force (a copy).
 func (s *Scheduler) Profile() ProfileConfig { return s.prof.Load().cfg.Clone() }
 
+// WaitOrder returns the profile's wait-queue order.
+func (s *Scheduler) WaitOrder() WaitOrderConfig { return s.prof.Load().cfg.WaitOrder }
+
 // Saturation returns the profile's saturation detector.
 func (s *Scheduler) Saturation() SaturationDetector { return s.prof.Load().sat }
 
@@ -166,6 +178,7 @@ func buildProfile(cfg ProfileConfig, opts Options) (*profile, error) {
 			QueueThreshold: cfg.Saturation.QueueThreshold,
 			KVThreshold:    cfg.Saturation.KVThreshold,
 			StaleAfter:     cfg.StaleAfter,
+			PrefillWait:    cfg.Saturation.PrefillWait,
 		}.withDefaults(),
 	}
 	bc := buildContext{cfg: cfg, tracker: opts.Tracker, sat: p.sat}
@@ -211,7 +224,7 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	res.Scores = res.Scores[:0]
 	res.Scorers = p.names
 	res.Weights = p.weights
-	res.Saturated = false
+	res.Saturated, res.Busy = false, false
 	cands := append(res.Candidates[:0], pods...)
 	for _, f := range p.filters {
 		if cands = f.Filter(&c.cs, req, cands); len(cands) == 0 {
@@ -249,13 +262,64 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	res.Ranked = p.picker.Pick(&c.cs, req, cands, res.Total)
 	c.cs.out = nil
 
+	// Busy pods still take work: only when every candidate is saturated
+	// or busy is the request held (ErrBusy). The pick itself stays the
+	// scorers'; a busy filter on the candidates, measured, hurt
+	// multi-turn chat (turns sent away from their cached history).
+	speed := 0.0 // the candidates' mean prefill speed, for pods without one
+	if p.sat.PrefillWait > 0 {
+		speed = meanPrefillSpeed(cands, 0)
+	}
+	busy := false
 	for _, pod := range cands {
-		if !p.sat.Saturated(pod) {
+		if p.sat.Saturated(pod) {
+			continue
+		}
+		if !p.sat.Busy(pod, speed) {
 			return nil
 		}
+		busy = true
+	}
+	if busy {
+		res.Busy = true
+		return ErrBusy
 	}
 	res.Saturated = true
 	return ErrSaturated
+}
+
+// PrefillTime estimates how long req's prefill takes at best among pods:
+// the least, over pods, of its prompt tokens not in the pod's prefix cache
+// (as the router's prefix index has it) at the pod's learned prefill speed
+// (else the pods' mean, else 8,000 tokens/s). It ranks waiting requests
+// (admission.Order); pods are the candidates as Tracker.Apply filled them.
+func (s *Scheduler) PrefillTime(req *Request, pods []*Pod) time.Duration {
+	if len(pods) == 0 {
+		return 0
+	}
+	prompt := float64(max(req.PromptTokens, 0))
+	var matched []int
+	if n := len(req.BlockHashes); n > 0 && s.opts.Tracker != nil {
+		names := make([]string, len(pods))
+		for i, p := range pods {
+			names[i] = p.Name
+		}
+		matched = s.opts.Tracker.idx.Match(req.BlockHashes, names, nil)
+	}
+	fallback := meanPrefillSpeed(pods, defaultPrefillSpeed)
+	best := math.Inf(1)
+	for i, p := range pods {
+		speed := p.PrefillTokensPerSec
+		if speed <= 0 {
+			speed = fallback
+		}
+		uncached := prompt
+		if matched != nil {
+			uncached -= prompt * float64(matched[i]) / float64(len(req.BlockHashes))
+		}
+		best = min(best, uncached/speed)
+	}
+	return time.Duration(best * float64(time.Second))
 }
 
 func (s *Scheduler) seed() uint64 {

@@ -36,6 +36,10 @@ func (s scorerSpec) withDefaults(p map[string]float64) map[string]float64 {
 	return m
 }
 
+// defaultPrefillSpeed is the prefill speed in tokens/s assumed when no pod
+// has learned its own.
+const defaultPrefillSpeed = 8000
+
 var scorerSpecs = map[string]scorerSpec{
 	ScorerQueue:        {build: func(buildContext) scorer { return queueScorer{} }},
 	ScorerKVCache:      {build: func(buildContext) scorer { return kvScorer{} }},
@@ -60,7 +64,7 @@ var scorerSpecs = map[string]scorerSpec{
 	},
 	ScorerPredictedLatency: {
 		params: map[string]float64{
-			ParamDefaultPrefill:  8000,
+			ParamDefaultPrefill:  defaultPrefillSpeed,
 			ParamOverheadMs:      5,
 			ParamSLOMissScore:    0,
 			ParamQueuedPromptTok: 0,

@@ -1,0 +1,154 @@
+package picker
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+func uncachedQueued(n int) func(*Pod) { return func(p *Pod) { p.InFlightUncachedTokens = n } }
+
+func TestBusy(t *testing.T) {
+	d := SaturationDetector{PrefillWait: 400 * time.Millisecond}
+	tests := []struct {
+		name  string
+		det   SaturationDetector
+		pod   *Pod
+		speed float64 // the candidates' mean, for pods without their own
+		want  bool
+	}{
+		{"off", SaturationDetector{}, mkPod("a", prefill(10000), uncachedQueued(1e6)), 0, false},
+		{"under the wait", d, mkPod("a", prefill(10000), uncachedQueued(3999)), 0, false},
+		{"at the wait", d, mkPod("a", prefill(10000), uncachedQueued(4000)), 0, true},
+		{"own speed wins over the mean", d, mkPod("a", prefill(20000), uncachedQueued(5000)), 10000, false},
+		{"mean speed when unlearned", d, mkPod("a", uncachedQueued(5000)), 10000, true},
+		{"no speed known: never busy", d, mkPod("a", uncachedQueued(1e6)), 0, false},
+		{"scraped queue alone is not prefill", d, mkPod("a", prefill(10000), waiting(4)), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.det.Busy(tt.pod, tt.speed); got != tt.want {
+				t.Fatalf("Busy = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// With saturation.prefill_wait the scheduler holds (ErrBusy) only when
+// every candidate is busy or saturated, and still ranks them all.
+func TestScheduleBusy(t *testing.T) {
+	cfg := DefaultProfile()
+	cfg.Saturation.PrefillWait = 400 * time.Millisecond
+	if DefaultProfile().Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatal("default profile does not hold")
+	}
+	busy := func(name string) *Pod { return mkPod(name, prefill(10000), uncachedQueued(6000)) }
+	free := func(name string) *Pod { return mkPod(name, prefill(10000), uncachedQueued(1000)) }
+	full := func(name string) *Pod { return mkPod(name, prefill(10000), waiting(9)) }
+	tests := []struct {
+		name string
+		cfg  ProfileConfig
+		pods []*Pod
+		want error
+	}{
+		{"one pod drained", cfg, []*Pod{busy("a"), free("b")}, nil},
+		{"every pod busy", cfg, []*Pod{busy("a"), busy("b")}, ErrBusy},
+		{"busy and saturated", cfg, []*Pod{busy("a"), full("b")}, ErrBusy},
+		{"every pod saturated", cfg, []*Pod{full("a"), full("b")}, ErrSaturated},
+		{"holding off", GIEDefaultProfile(), []*Pod{busy("a"), busy("b")}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustScheduler(t, tt.cfg, Options{Rand: seeded(1)})
+			res, err := s.Schedule(&Request{Model: "llama", PromptTokens: 100}, tt.pods)
+			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if len(res.Ranked) != len(tt.pods) {
+				t.Fatalf("ranked %d pods, want %d", len(res.Ranked), len(tt.pods))
+			}
+			if res.Busy != errors.Is(tt.want, ErrBusy) || res.Saturated != errors.Is(tt.want, ErrSaturated) {
+				t.Fatalf("Busy %v Saturated %v for %v", res.Busy, res.Saturated, tt.want)
+			}
+		})
+	}
+}
+
+func TestPrefillTime(t *testing.T) {
+	tr := NewTracker(TrackerOptions{})
+	hashes := []uint64{1, 2, 3, 4}
+	// b holds half the prompt's blocks; c is twice as fast as a.
+	tr.Dispatched("b", &Request{PromptTokens: 100, BlockHashes: hashes[:2]})
+	s := mustScheduler(t, DefaultProfile(), Options{Tracker: tr, Rand: seeded(1)})
+	req := &Request{Model: "llama", PromptTokens: 8000, BlockHashes: hashes}
+	tests := []struct {
+		name string
+		pods []*Pod
+		want time.Duration
+	}{
+		{"no pods", nil, 0},
+		{"cold pod at its speed", []*Pod{mkPod("a", prefill(8000))}, time.Second},
+		{"fastest pod", []*Pod{mkPod("a", prefill(8000)), mkPod("c", prefill(16000))}, 500 * time.Millisecond},
+		{"cached half", []*Pod{mkPod("a", prefill(8000)), mkPod("b", prefill(8000))}, 500 * time.Millisecond},
+		{"unlearned pod at the others' mean", []*Pod{mkPod("a", prefill(4000)), mkPod("d")}, 2 * time.Second},
+		{"nothing learned: default speed", []*Pod{mkPod("d")}, time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := s.PrefillTime(req, tt.pods); got != tt.want {
+				t.Fatalf("PrefillTime = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestProfileHoldYAML(t *testing.T) {
+	c, err := ParseProfile("t", []byte("saturation: {prefill_wait: 400ms}\nwait_order: {shortest_prefill: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Saturation.PrefillWait != 400*time.Millisecond || c.WaitOrder.ShortestPrefill != 4 || c.Saturation.QueueThreshold != DefaultQueueThreshold {
+		t.Fatalf("parsed %+v %+v", c.Saturation, c.WaitOrder)
+	}
+	if c, err := ParseProfile("t", []byte("saturation: {prefill_wait: 0s}\n")); err != nil || c.Saturation.PrefillWait != 0 {
+		t.Fatalf("prefill_wait 0 does not turn holding off: %v %v", c.Saturation.PrefillWait, err)
+	}
+	if c, err := ParseProfile("t", []byte("saturation: {queue_threshold: 7}\n")); err != nil || c.Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatalf("default holding lost: %v %v", c.Saturation.PrefillWait, err)
+	}
+	if c, err := ParseProfile("t", []byte("base: gie\n")); err != nil || c.Saturation.PrefillWait != 0 {
+		t.Fatalf("GIE's profile holds: %v %v", c.Saturation.PrefillWait, err)
+	}
+	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "wait_order: {shortest_prefill: -1}\n", "wait_order: {shortest: 1}\n"} {
+		if _, err := ParseProfile("t", []byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestHoldExampleProfiles(t *testing.T) {
+	tests := []struct {
+		file  string
+		wait  time.Duration
+		order float64
+	}{
+		{"picker-no-hold.yaml", 0, 0},
+		{"picker-shortest-prefill.yaml", DefaultPrefillWait, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile("../../examples/" + tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ParseProfile(tt.file, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Saturation.PrefillWait != tt.wait || c.WaitOrder.ShortestPrefill != tt.order {
+				t.Fatalf("prefill_wait %v, shortest_prefill %v", c.Saturation.PrefillWait, c.WaitOrder.ShortestPrefill)
+			}
+		})
+	}
+}
