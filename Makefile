@@ -10,7 +10,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 .PHONY: all build test unit check lint run bench tools services fuzz fuzz-smoke
 # Concurrent packages (limiter, tracker, scraper, stores, discovery): make
 # test runs their tests under the race detector.
-RACE_PKGS := ./tier1/gateway ./tier1/picker ./tier1/scrape ./tier1/extproc ./tier2/ratelimit ./tier2/tenant ./tier2/discovery ./tier2/gateway ./tier2/route
+RACE_PKGS := ./tier1/gateway ./tier1/picker ./tier1/scrape ./tier1/extproc ./tier1/kube ./tier1/peers ./tier1/prefix ./tier2/ratelimit ./tier2/tenant ./tier2/discovery ./tier2/gateway ./tier2/route
 
 all: build
 

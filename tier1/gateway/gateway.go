@@ -292,6 +292,9 @@ func (g *Gateway) applyLocked(cfg *Config) error {
 			if prev := old.pods[pc.Name]; prev != nil {
 				prev.mu.Lock()
 				rt.scores = prev.scores
+				// Its own backing array: requests still on the old state
+				// write prev's scores under prev's lock only.
+				rt.scores.Scores = slices.Clone(prev.scores.Scores)
 				prev.mu.Unlock()
 				// Discovery applies often: keep a recent connect failure
 				// of the same address.
