@@ -310,14 +310,21 @@ func (b *boundInput) slow(x float64) int {
 			// With decode counted (DecodeBoundP99), the fast requests'
 			// work plus σ times the time they surely decode inside the
 			// window fits in rate·span. dr.total is that time with every
-			// request fast; each slow one takes back at most dr.most of it
-			// (and its work), so c slow requests leave at least
-			// dr.total − c·dr.most charged.
-			dr.add(b.arrival[idx[e]], run[e])
+			// request fast; c slow requests take back at most the c
+			// largest works and the c largest decoding times.
 			budget := b.cap.rate * (b.arrival[idx[e]] - start + x)
 			cnt := 0
-			for r := sum; r > budget-b.dec.sigma*max(0, dr.total-float64(cnt)*dr.most) && cnt < len(sorted); cnt++ {
-				r -= sorted[len(sorted)-1-cnt]
+			if b.dec.sigma > 0 {
+				dr.add(b.arrival[idx[e]], run[e])
+				next, back := dr.top(), 0.0
+				for r := sum; r > budget-b.dec.sigma*(dr.total-back) && cnt < len(sorted); cnt++ {
+					r -= sorted[len(sorted)-1-cnt]
+					back += next()
+				}
+			} else {
+				for r := sum; r > budget && cnt < len(sorted); cnt++ {
+					r -= sorted[len(sorted)-1-cnt]
+				}
 			}
 			if cnt > 0 {
 				cand[e+1] = max(cand[e+1], best[s]+cnt)
