@@ -172,6 +172,9 @@ func TestQueueBoundP99AtLeastFloor(t *testing.T) {
 // BOUND=path.jsonl:seed-base:seeds for the first 10 minutes of a trace on
 // the bench's default trace fleet (skipped when the file is absent), e.g.
 // BOUND=bursty-70b:201:5 go test ./bench -run TestQueueBoundReport -v.
+// BOUNDTARGET=ms also prints how much of the peak prefill rate the fleet
+// would have to lose on top of the decode charge for the decode bound to
+// reach that P99.
 func TestQueueBoundReport(t *testing.T) {
 	spec := os.Getenv("BOUND")
 	if spec == "" {
@@ -248,6 +251,24 @@ func TestQueueBoundReport(t *testing.T) {
 			t.Fatal(err)
 		}
 		in.dec = dc
+		if tgt, err := strconv.ParseFloat(os.Getenv("BOUNDTARGET"), 64); err == nil {
+			// The largest share of the peak prefill rate the fleet could
+			// keep with the capacity bound still reaching tgt ms: what
+			// decode (or anything else pooled) would have to take away.
+			full := in.cap.rate
+			lo, hi := 0.0, 1.0
+			for hi-lo > 0.005 {
+				mid := (lo + hi) / 2
+				in.cap.rate = mid * full
+				if in.p99() >= tgt {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			in.cap.rate = full
+			fmt.Printf("%s seed %d: the decode bound reaches %.0f ms only with the peak prefill rate cut by a further %.1f%% or more\n", name, seed, tgt, 100*(1-lo))
+		}
 		f, c := p99(floors), p99(causal)
 		sf, sc99, sb, skv, sdb = sf+f, sc99+c, sb+b, skv+kv, sdb+db
 		fmt.Printf("%s seed %d: %d requests, floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.1f ms, decode bound p99 %.1f ms, kv bound p99 %.0f ms; prefill work / peak prefill rate: run %.0f%%, busiest 10 s %.0f%%; decode charge in the busiest 10 s at x = causal p99: %.2f%% of peak prefill rate (σ %.3g per request, shortest step %.1f ms); history blocks needed at once for TTFT < causal p99: %d of %d\n",
