@@ -29,8 +29,8 @@ import (
 // token holds a budget slot (its share over/B of the overhead), its own
 // per-sequence cost, all-reduce and linear FLOPs (its attention is dropped,
 // the safe side). No step lasts more than τmax (a full budget at the
-// longest context the stream can reach, all KV read, every LoRA slot
-// loaded), so a step of wall length τ does at most
+// longest context the stream can reach, MaxNumSeqs such contexts of KV
+// read, every LoRA slot loaded), so a step of wall length τ does at most
 // τ·(1 − δ·d/τmax)/speed of prefill work: a decoding request costs its pod
 // σ = δ/(speed·τmax) of prefill rate (reference units: times the pod
 // type's ratio) for as long as it decodes. The fleet's σ is the smallest
@@ -115,9 +115,11 @@ func podDecodeCharge(cfg engine.Config, maxCtx int, adapters bool) (delta, tauMa
 	ctx := float64(min(maxCtx, cfg.MaxModelLen))
 	bw := gpu.MemBandwidth * cfg.BandwidthEfficiency
 	kvPerToken := 2 * float64(m.Layers) * float64(max(1, m.KVHeads/max(cfg.TensorParallel, 1))) * float64(m.HeadDim) * 2
-	// A step's chunks attend to at most ctx keys per query token.
+	// A step's chunks attend to at most ctx keys per query token, and it
+	// reads at most ctx tokens of KV per running request (not the pool's
+	// size: requests sharing cached blocks each read them).
 	compute := t.perFlop * (linear*bud + attn*bud*ctx)
-	memory := (m.WeightBytes()/tp + kvPerToken*float64(cfg.NumBlocks*engine.BlockSize)) / bw
+	memory := (m.WeightBytes()/tp + kvPerToken*float64(cfg.MaxNumSeqs)*ctx) / bw
 	tauMax = t.over + perSeq*float64(cfg.MaxNumSeqs) + t.comm*bud + math.Max(compute, memory)
 	if adapters {
 		tauMax += float64(cfg.MaxLoras) * cfg.LoRALoadTime.Seconds()
