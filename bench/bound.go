@@ -89,17 +89,8 @@ func fleetPrefillCapacity(f scenario.Fleet, seed uint64, spread float64) (fleetC
 			return fc, fmt.Errorf("queue bound: %s: %w", g.GPU, err)
 		}
 		cfg = e.Config()
-		m, gpu, tp := cfg.Model, cfg.GPU, float64(max(cfg.TensorParallel, 1))
-		c := prefillCost{perFlop: 1 / (tp * gpu.BF16FLOPS * cfg.MFU)}
-		over := cfg.StepOverhead.Seconds()
-		if tp > 1 && gpu.LinkBandwidth > 0 {
-			perLayer := 2 * (tp - 1) / tp * float64(m.Hidden) * 2 / gpu.LinkBandwidth
-			c.perToken = 2 * float64(m.Layers) * perLayer
-			over += 2 * float64(m.Layers) * gpu.LinkLatencySeconds
-		}
-		// A step computes at most MaxBatchedTokens tokens and pays the
-		// overhead once, so a token costs at least its share of it.
-		c.perToken += over / float64(cfg.MaxBatchedTokens)
+		m := cfg.Model
+		c := podPrefillCost(cfg)
 		if gi == 0 {
 			fc.linear = 2 * m.ActiveParams
 			fc.attn = 4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim)
@@ -118,6 +109,33 @@ func fleetPrefillCapacity(f scenario.Fleet, seed uint64, spread float64) (fleetC
 	return fc, nil
 }
 
+// podTerms is one pod type's step cost model as the bounds read it, in
+// nominal seconds: perFlop per whole-model FLOP, comm per token of
+// tensor-parallel all-reduce, over per step (overhead and all-reduce
+// latency).
+type podTerms struct {
+	perFlop, comm, over float64
+}
+
+func stepTerms(cfg engine.Config) podTerms {
+	m, gpu, tp := cfg.Model, cfg.GPU, float64(max(cfg.TensorParallel, 1))
+	t := podTerms{perFlop: 1 / (tp * gpu.BF16FLOPS * cfg.MFU), over: cfg.StepOverhead.Seconds()}
+	if tp > 1 && gpu.LinkBandwidth > 0 {
+		perLayer := 2 * (tp - 1) / tp * float64(m.Hidden) * 2 / gpu.LinkBandwidth
+		t.comm = 2 * float64(m.Layers) * perLayer
+		t.over += 2 * float64(m.Layers) * gpu.LinkLatencySeconds
+	}
+	return t
+}
+
+// podPrefillCost is a resolved config's prefill cost. A step computes at
+// most MaxBatchedTokens tokens and pays the overhead once, so a token
+// costs at least its share of it.
+func podPrefillCost(cfg engine.Config) prefillCost {
+	t := stepTerms(cfg)
+	return prefillCost{perFlop: t.perFlop, perToken: t.comm + t.over/float64(cfg.MaxBatchedTokens)}
+}
+
 // boundInput is the stream reduced to what the bound needs, arrivals and
 // times in seconds.
 type boundInput struct {
@@ -128,6 +146,10 @@ type boundInput struct {
 	// first[h]: the two earliest (arrival, request) holding block h.
 	first map[uint64][2]holder
 	cap   fleetCapacity
+	// out is each request's output tokens and dec what a decoding request
+	// costs the fleet (zero: nothing, the capacity bound alone).
+	out []int
+	dec decodeCharge
 }
 
 type holder struct {
@@ -144,6 +166,7 @@ func newBoundInput(stream workload.Stream, causal []float64, fc fleetCapacity) *
 		b.arrival = append(b.arrival, a)
 		b.floor = append(b.floor, causal[i]/1000)
 		b.tokens = append(b.tokens, w.PromptTokens)
+		b.out = append(b.out, w.OutputTokens)
 		b.hashes = append(b.hashes, w.BlockHashes)
 		for _, h := range w.BlockHashes {
 			v, ok := b.first[h]
@@ -257,8 +280,12 @@ func (b *boundInput) slow(x float64) int {
 		}
 	}
 	w := make([]float64, len(idx))
+	// run[k]: how long past a+x request idx[k] surely keeps decoding if it
+	// is fast (decodebound.go).
+	run := make([]float64, len(idx))
 	for k, i := range idx {
 		w[k] = b.work(i, x)
+		run[k] = b.dec.running(b.floor[i], b.out[i], x)
 	}
 	// best[j]: most slow requests among idx[:j] from disjoint windows.
 	m := len(idx)
@@ -272,6 +299,7 @@ func (b *boundInput) slow(x float64) int {
 		sorted = sorted[:0]
 		sum := 0.0
 		start := b.arrival[idx[s]]
+		var dr decodeRun
 		for e := s; e < m && e-s < maxWindow; e++ {
 			v := w[e]
 			p := sort.SearchFloat64s(sorted, v)
@@ -279,10 +307,24 @@ func (b *boundInput) slow(x float64) int {
 			copy(sorted[p+1:], sorted[p:])
 			sorted[p] = v
 			sum += v
+			// With decode counted (DecodeBoundP99), the fast requests'
+			// work plus σ times the time they surely decode inside the
+			// window fits in rate·span. dr.total is that time with every
+			// request fast; c slow requests take back at most the c
+			// largest works and the c largest decoding times.
 			budget := b.cap.rate * (b.arrival[idx[e]] - start + x)
 			cnt := 0
-			for r := sum; r > budget && cnt < len(sorted); cnt++ {
-				r -= sorted[len(sorted)-1-cnt]
+			if b.dec.sigma > 0 {
+				dr.add(b.arrival[idx[e]], run[e])
+				next, back := dr.top(), 0.0
+				for r := sum; r > budget-b.dec.sigma*(dr.total-back) && cnt < len(sorted); cnt++ {
+					r -= sorted[len(sorted)-1-cnt]
+					back += next()
+				}
+			} else {
+				for r := sum; r > budget && cnt < len(sorted); cnt++ {
+					r -= sorted[len(sorted)-1-cnt]
+				}
 			}
 			if cnt > 0 {
 				cand[e+1] = max(cand[e+1], best[s]+cnt)
