@@ -81,6 +81,7 @@ var scorerSpecs = map[string]scorerSpec{
 	},
 	ScorerCacheAwareTTFT:  cacheAwareSpec,
 	ScorerSessionAffinity: sessionSpec,
+	ScorerSizeAware:       sizeAwareSpec,
 }
 
 func knownScorers() string {
