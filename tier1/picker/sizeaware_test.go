@@ -2,6 +2,7 @@ package picker
 
 import (
 	"math"
+	"os"
 	"testing"
 )
 
@@ -94,5 +95,22 @@ func TestSizeAwareSteersShortPrompts(t *testing.T) {
 	}
 	if res.Ranked[0].Name != "busy" {
 		t.Fatalf("picked %s, want busy", res.Ranked[0].Name)
+	}
+}
+
+func TestSizeAwareExampleProfile(t *testing.T) {
+	data, err := os.ReadFile("../../examples/picker-size-aware.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseProfile("picker-size-aware.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Weight(ScorerSizeAware) != 2 || c.Weight(ScorerPredictedLatency) != 5 || c.Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatalf("profile %+v", c)
+	}
+	if _, err := NewScheduler(c, Options{Tracker: NewTracker(TrackerOptions{})}); err != nil {
+		t.Fatal(err)
 	}
 }
