@@ -99,7 +99,7 @@ type shard struct {
 	mu        sync.RWMutex
 	maxBlocks int
 	maxPerPod int
-	heads     map[uint64]head // hash → its chain of nodes
+	heads     headTable // hash → its chain of nodes
 	nodes     []node
 	free      int32 // free-list of nodes, linked through next
 	used      int
@@ -125,7 +125,6 @@ func NewIndex(opts IndexOptions) *Index {
 		x.shards[i] = shard{
 			maxBlocks: opts.MaxBlocks / n,
 			maxPerPod: opts.MaxBlocksPerPod / n,
-			heads:     make(map[uint64]head),
 			free:      nilNode,
 			victim:    nilNode,
 		}
@@ -287,7 +286,7 @@ func (s *shard) record(id int32, hashes []uint64) {
 
 // find returns pod id's node for hash h, or nilNode.
 func (s *shard) find(id int32, h uint64) int32 {
-	if hd, ok := s.heads[h]; ok {
+	if hd, ok := s.heads.get(h); ok {
 		for i := hd.first; i != nilNode; i = s.nodes[i].chain {
 			if s.nodes[i].pod == id {
 				return i
@@ -304,16 +303,17 @@ func (s *shard) find(id int32, h uint64) int32 {
 // after itself: the pod's list holds nothing older, and the rest of the
 // request would be evicted first anyway.
 func (s *shard) place(id int32, h uint64, after int32) int32 {
-	hd, ok := s.heads[h]
+	s.heads.reserve()
+	slot, ok := s.heads.find(h)
+	hd := head{first: nilNode}
 	if ok {
+		hd = s.heads.slots[slot].head
 		for i := hd.first; i != nilNode; i = s.nodes[i].chain {
 			if s.nodes[i].pod == id {
 				s.nodes[i].ref = 1
 				return i
 			}
 		}
-	} else {
-		hd = head{first: nilNode}
 	}
 	p := &s.pods[id]
 	evicted := int32(nilNode)
@@ -326,14 +326,17 @@ func (s *shard) place(id int32, h uint64, after int32) int32 {
 		if evicted == after {
 			return nilNode
 		}
-		// Eviction may have changed this hash's chain: read it again.
-		if hd, ok = s.heads[h]; !ok {
+		// Eviction may have changed this hash's chain, and its deletion
+		// may have moved the slot: find it again.
+		if slot, ok = s.heads.find(h); ok {
+			hd = s.heads.slots[slot].head
+		} else {
 			hd = head{first: nilNode}
 		}
 	}
 	i := s.alloc()
 	s.nodes[i] = node{hash: h, pod: id, chain: hd.first}
-	s.heads[h] = head{first: i, n: hd.n + 1}
+	s.heads.setAt(slot, h, head{first: i, n: hd.n + 1})
 	s.insertAfter(id, after, i)
 	return i
 }
@@ -437,12 +440,13 @@ func (s *shard) evict(id int32) int32 {
 func (s *shard) remove(i int32) {
 	s.unlink(i)
 	h := s.nodes[i].hash
-	hd := s.heads[h]
+	slot, _ := s.heads.find(h)
+	hd := &s.heads.slots[slot].head
 	switch {
 	case hd.n <= 1:
-		delete(s.heads, h)
+		s.heads.deleteAt(slot)
 	case hd.first == i:
-		s.heads[h] = head{first: s.nodes[i].chain, n: hd.n - 1}
+		*hd = head{first: s.nodes[i].chain, n: hd.n - 1}
 	default:
 		for j := hd.first; j != nilNode; j = s.nodes[j].chain {
 			if s.nodes[j].chain == i {
@@ -450,7 +454,7 @@ func (s *shard) remove(i int32) {
 				break
 			}
 		}
-		s.heads[h] = head{first: hd.first, n: hd.n - 1}
+		hd.n--
 	}
 	s.nodes[i] = node{next: s.free}
 	s.free = i
@@ -546,7 +550,7 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	keep := func(i int) {
 		s.gen++
 		sh := x.shardOf(hashes[i])
-		if hd, ok := sh.heads[hashes[i]]; ok {
+		if hd, ok := sh.heads.get(hashes[i]); ok {
 			for c := hd.first; c != nilNode; c = sh.nodes[c].chain {
 				s.mark[sh.nodes[c].pod] = s.gen
 			}
@@ -565,7 +569,7 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	// all reports whether all k active pods hold block i.
 	all := func(i, k int) bool {
 		sh := x.shardOf(hashes[i])
-		hd, ok := sh.heads[hashes[i]]
+		hd, ok := sh.heads.get(hashes[i])
 		if !ok || int(hd.n) < k {
 			return false // fewer holders than active pods: no walk needed
 		}
