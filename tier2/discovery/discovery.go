@@ -370,6 +370,12 @@ func fromConsul(entries []*api.ServiceEntry, log *slog.Logger) []Cluster {
 			log.Warn("skipping tier1 instance without region or address", "service", s.ID)
 			continue
 		}
+		if c.ID == "" {
+			// Consul names every instance; an empty ID (a hand-made answer)
+			// leaves the cluster nothing to be told apart by.
+			log.Warn("skipping tier1 instance without a service ID", "cluster", c.Name, "address", c.Address)
+			continue
+		}
 		out = append(out, c)
 	}
 	return out
