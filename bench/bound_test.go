@@ -211,7 +211,7 @@ func TestQueueBoundReport(t *testing.T) {
 		}
 		name, fleet, stream = sc.Name, sc.Fleet, sc.Stream
 	}
-	var sf, sc99, sb, skv, sdb float64
+	var sf, sc99, sb, skv, sdb, stb float64
 	var floors, causal []float64
 	var lastStream workload.Stream
 	for seed := base; seed < base+n; seed++ {
@@ -235,6 +235,12 @@ func TestQueueBoundReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		tb, err := TypedQueueBoundP99(context.Background(), fleet, st, causal, uint64(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stb += tb
+		fmt.Printf("%s seed %d: typed queue bound p99 %.1f ms\n", name, seed, tb)
 		kb, err := fleetKVBound(context.Background(), fleet, st, causal)
 		if err != nil {
 			t.Fatal(err)
@@ -275,7 +281,7 @@ func TestQueueBoundReport(t *testing.T) {
 			name, seed, len(st.Requests), f, c, b, db, kv, 100*prefillLoad(in, st.Duration.Seconds(), true), 100*prefillLoad(in, 10, false), 100*decodeLoad(in, 10, c/1000), dc.sigma, 1000*dc.stepMin, need, blocks)
 	}
 	k := float64(n)
-	fmt.Printf("%s seeds %d–%d: mean floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.1f ms, decode bound p99 %.1f ms, kv bound p99 %.0f ms\n", name, base, base+n-1, sf/k, sc99/k, sb/k, sdb/k, skv/k)
+	fmt.Printf("%s seeds %d–%d: mean floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.1f ms, typed queue bound p99 %.1f ms, decode bound p99 %.1f ms, kv bound p99 %.0f ms\n", name, base, base+n-1, sf/k, sc99/k, sb/k, stb/k, sdb/k, skv/k)
 }
 
 // kvCase is three two-turn conversations: first turns at 0 s, second

@@ -219,6 +219,10 @@ func checkDecodeBound(t *testing.T, sc scenario.Scenario, seed uint64, policies 
 	if err != nil {
 		t.Fatal(err)
 	}
+	tb, err := TypedQueueBoundP99(context.Background(), sc.Fleet, st, causal, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range policies {
 		pol, err := ParsePolicy(name)
 		if err != nil {
@@ -237,8 +241,11 @@ func checkDecodeBound(t *testing.T, sc scenario.Scenario, seed uint64, policies 
 			pre += p.eng.Stats().Preemptions
 		}
 		got := p99(run.TTFT)
-		fmt.Printf("%s seed %d %s: P99 TTFT %.1f ms, decode bound %.1f ms, capacity bound %.1f ms, causal floor P99 %.1f ms, %d preemptions, %d of %d completed\n",
-			sc.Name, seed, name, got, db, qb, p99(causal), pre, run.Completed, run.Requests)
+		fmt.Printf("%s seed %d %s: P99 TTFT %.1f ms, decode bound %.1f ms, capacity bound %.1f ms, typed capacity bound %.1f ms, causal floor P99 %.1f ms, %d preemptions, %d of %d completed\n",
+			sc.Name, seed, name, got, db, qb, tb, p99(causal), pre, run.Completed, run.Requests)
+		if run.Completed == run.Requests && tb > got+1e-6 {
+			t.Errorf("%s seed %d %s: typed capacity bound %.1f ms above the measured P99 %.1f ms", sc.Name, seed, name, tb, got)
+		}
 		if run.Completed == run.Requests && db > got+1e-6 {
 			t.Errorf("%s seed %d %s: decode bound %.1f ms above the measured P99 %.1f ms", sc.Name, seed, name, db, got)
 		}
