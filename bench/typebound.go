@@ -104,6 +104,22 @@ func (b *boundInput) uncached(i int, x float64) (u, c float64) {
 	return float64(n - k), float64(k)
 }
 
+// fastTypes is the set of pod types (bit k: b.cap.types[k]) on which
+// request i can have TTFT below x, every type if none, and its work.
+func (b *boundInput) fastTypes(i int, x float64) (mask int, work float64) {
+	u, c := b.uncached(i, x)
+	fl := b.cap.flops(u, c)
+	for k, t := range b.cap.types {
+		if t.solo(fl, u) < x {
+			mask |= 1 << k
+		}
+	}
+	if mask == 0 {
+		mask = 1<<len(b.cap.types) - 1
+	}
+	return mask, b.cap.ref.seconds(fl, u)
+}
+
 // slowTyped is slow (without decode) with each window's excess taken
 // over the best set of pod types.
 func (b *boundInput) slowTyped(x float64) int {
@@ -121,19 +137,8 @@ func (b *boundInput) slowTyped(x float64) int {
 		case b.floor[i] >= x:
 			certain++
 		default:
-			u, c := b.uncached(i, x)
-			fl := b.cap.flops(u, c)
-			m := 0
-			for k, t := range types {
-				if t.solo(fl, u) < x {
-					m |= 1 << k
-				}
-			}
-			if m == 0 {
-				m = all
-			}
-			idx, mask = append(idx, i), append(mask, m)
-			w = append(w, b.cap.ref.seconds(fl, u))
+			m, v := b.fastTypes(i, x)
+			idx, mask, w = append(idx, i), append(mask, m), append(w, v)
 		}
 	}
 	// rate[T] for every non-empty set T of types.
