@@ -68,6 +68,8 @@ type fleetCapacity struct {
 	linear, attn float64 // FLOPs per token and per (query, key) pair, whole model
 	ref          prefillCost
 	rate         float64
+	// types is the fleet per pod type (typebound.go).
+	types []typeCapacity
 }
 
 // flops is the model FLOPs of computing u tokens after c cached ones.
@@ -98,8 +100,12 @@ func fleetPrefillCapacity(f scenario.Fleet, seed uint64, spread float64) (fleetC
 		}
 		// Reference seconds this type does per own second, at most.
 		ratio := math.Max(fc.ref.perFlop/c.perFlop, fc.ref.perToken/c.perToken)
+		tc := fc.typeOf(g, cfg)
 		for range g.Count {
-			fc.rate += ratio / engine.PodSpeedFactor(seed, pod, spread)
+			sp := engine.PodSpeedFactor(seed, pod, spread)
+			fc.rate += ratio / sp
+			tc.rate += ratio / sp
+			tc.speed = math.Min(tc.speed, sp)
 			pod++
 		}
 	}

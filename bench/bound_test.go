@@ -211,7 +211,7 @@ func TestQueueBoundReport(t *testing.T) {
 		}
 		name, fleet, stream = sc.Name, sc.Fleet, sc.Stream
 	}
-	var sf, sc99, sb, skv, sdb float64
+	var sf, sc99, sb, skv, sdb, stb float64
 	var floors, causal []float64
 	var lastStream workload.Stream
 	for seed := base; seed < base+n; seed++ {
@@ -235,6 +235,16 @@ func TestQueueBoundReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		fc0, err := fleetPrefillCapacity(fleet, uint64(seed), 0.03)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := TypedQueueBoundP99(context.Background(), fleet, st, causal, uint64(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stb += tb
+		fmt.Printf("%s seed %d: typed queue bound p99 %.1f ms%s\n", name, seed, tb, typedLoad(newBoundInput(st, causal, fc0), 10, p99(causal)/1000))
 		kb, err := fleetKVBound(context.Background(), fleet, st, causal)
 		if err != nil {
 			t.Fatal(err)
@@ -275,7 +285,7 @@ func TestQueueBoundReport(t *testing.T) {
 			name, seed, len(st.Requests), f, c, b, db, kv, 100*prefillLoad(in, st.Duration.Seconds(), true), 100*prefillLoad(in, 10, false), 100*decodeLoad(in, 10, c/1000), dc.sigma, 1000*dc.stepMin, need, blocks)
 	}
 	k := float64(n)
-	fmt.Printf("%s seeds %d–%d: mean floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.1f ms, decode bound p99 %.1f ms, kv bound p99 %.0f ms\n", name, base, base+n-1, sf/k, sc99/k, sb/k, sdb/k, skv/k)
+	fmt.Printf("%s seeds %d–%d: mean floor p99 %.0f ms, causal floor p99 %.0f ms, queue bound p99 %.1f ms, typed queue bound p99 %.1f ms, decode bound p99 %.1f ms, kv bound p99 %.0f ms\n", name, base, base+n-1, sf/k, sc99/k, sb/k, stb/k, sdb/k, skv/k)
 }
 
 // kvCase is three two-turn conversations: first turns at 0 s, second
@@ -357,6 +367,44 @@ func prefillLoad(b *boundInput, span float64, all bool) float64 {
 		sum -= w[i]
 	}
 	return best / (b.cap.rate * span)
+}
+
+// typedLoad describes, for each proper set T of pod types, the requests
+// (floor below x) that can be fast only on T at TTFT bound x: how many,
+// and the most work any span seconds of them bring over what T's pods
+// compute in span+x.
+func typedLoad(b *boundInput, span, x float64) string {
+	all := 1<<len(b.cap.types) - 1
+	out := ""
+	for T := 1; T < all; T++ {
+		rate, names := 0.0, ""
+		for k, t := range b.cap.types {
+			if T&(1<<k) != 0 {
+				rate += t.rate
+				names += "+" + t.key
+			}
+		}
+		var at, w []float64
+		for i := range b.arrival {
+			if math.IsNaN(b.floor[i]) || b.floor[i] >= x {
+				continue
+			}
+			if m, v := b.fastTypes(i, x); m&^T == 0 {
+				at, w = append(at, b.arrival[i]), append(w, v)
+			}
+		}
+		best, sum, j := 0.0, 0.0, 0
+		for i := range at {
+			for j < len(at) && at[j] < at[i]+span {
+				sum += w[j]
+				j++
+			}
+			best = math.Max(best, sum)
+			sum -= w[i]
+		}
+		out += fmt.Sprintf("; at x = %.0f ms, %d requests fast only on %s, busiest %.0f s: %.0f%% of its rate over span+x", 1000*x, len(at), names[1:], span, 100*best/(rate*(span+x)))
+	}
+	return out
 }
 
 // decodeLoad is the most decode charge (σ times the time the window's
