@@ -37,18 +37,30 @@ import (
 // preemption. Pod speed factors are the run's (seed, DefaultVariation);
 // step jitter is taken at its mean of one.
 func QueueBoundP99(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64, seed uint64) (float64, error) {
-	if len(causal) != len(stream.Requests) {
-		return 0, fmt.Errorf("queue bound: %d floors for %d requests", len(causal), len(stream.Requests))
-	}
-	fc, err := fleetPrefillCapacity(f, seed, engine.DefaultVariation().PodSpread)
+	b, err := newFleetBound(ctx, "queue bound", f, stream, causal, seed)
 	if err != nil {
 		return 0, err
 	}
+	return b.p99(), nil
+}
+
+// newFleetBound is what every queue bound starts from: the floors checked
+// against the stream, the fleet's prefill capacity at this run's pod
+// speeds, and the stream indexed by block (newBoundInput). what names the
+// bound in errors.
+func newFleetBound(ctx context.Context, what string, f scenario.Fleet, stream workload.Stream, causal []float64, seed uint64) (*boundInput, error) {
+	if len(causal) != len(stream.Requests) {
+		return nil, fmt.Errorf("%s: %d floors for %d requests", what, len(causal), len(stream.Requests))
+	}
+	fc, err := fleetPrefillCapacity(f, seed, engine.DefaultVariation().PodSpread)
+	if err != nil {
+		return nil, err
+	}
 	b := newBoundInput(stream, causal, fc)
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return b.p99(), nil
+	return b, nil
 }
 
 // prefillCost is one pod type's cost of prefill work: seconds per model
@@ -82,15 +94,11 @@ func fleetPrefillCapacity(f scenario.Fleet, seed uint64, spread float64) (fleetC
 	var fc fleetCapacity
 	pod := 0
 	for gi, g := range f.Pods {
-		cfg, err := engineConfig(f, g)
+		e, err := podEngine(f, g)
 		if err != nil {
 			return fc, fmt.Errorf("queue bound: %w", err)
 		}
-		e, err := engine.New(cfg)
-		if err != nil {
-			return fc, fmt.Errorf("queue bound: %s: %w", g.GPU, err)
-		}
-		cfg = e.Config()
+		cfg := e.Config()
 		m := cfg.Model
 		c := podPrefillCost(cfg)
 		if gi == 0 {

@@ -176,21 +176,12 @@ func TestQueueBoundP99AtLeastFloor(t *testing.T) {
 // would have to lose on top of the decode charge for the decode bound to
 // reach that P99.
 func TestQueueBoundReport(t *testing.T) {
-	spec := os.Getenv("BOUND")
-	if spec == "" {
-		t.Skip("BOUND not set")
-	}
-	parts := strings.Split(spec, ":")
-	if len(parts) != 3 {
-		t.Fatalf("BOUND=%q: want scenario:seed-base:seeds", spec)
-	}
-	base, _ := strconv.Atoi(parts[1])
-	n, _ := strconv.Atoi(parts[2])
+	src, base, n := seedsSpec(t, "BOUND")
 	var name string
 	var fleet scenario.Fleet
 	var stream func(seed uint64) workload.Stream
-	if strings.HasSuffix(parts[0], ".jsonl") {
-		if _, err := os.Stat(parts[0]); err != nil {
+	if strings.HasSuffix(src, ".jsonl") {
+		if _, err := os.Stat(src); err != nil {
 			t.Skipf("trace: %v", err)
 		}
 		fleet = scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 4, TensorParallel: 1}, {GPU: "a10g", Count: 4, TensorParallel: 1}}}
@@ -199,13 +190,13 @@ func TestQueueBoundReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := trace.Load(parts[0], trace.Options{Duration: 10 * time.Minute, MaxTotalTokens: maxLen})
+		st, err := trace.Load(src, trace.Options{Duration: 10 * time.Minute, MaxTotalTokens: maxLen})
 		if err != nil {
 			t.Fatal(err)
 		}
 		name, stream = "trace", func(uint64) workload.Stream { return st }
 	} else {
-		sc, err := scenario.Get(parts[0])
+		sc, err := scenario.Get(src)
 		if err != nil {
 			t.Fatal(err)
 		}

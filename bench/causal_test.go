@@ -61,20 +61,11 @@ func TestCausalFloorsWaitForTheFirstComputation(t *testing.T) {
 // CausalFloors (CAUSAL=scenario:seed-base:seeds, e.g.
 // CAUSAL=shared-prefix-8b:201:5 go test ./bench -run TestCausalFloorReport -v).
 func TestCausalFloorReport(t *testing.T) {
-	spec := os.Getenv("CAUSAL")
-	if spec == "" {
-		t.Skip("CAUSAL not set")
-	}
-	parts := strings.Split(spec, ":")
-	if len(parts) != 3 {
-		t.Fatalf("CAUSAL=%q: want scenario:seed-base:seeds", spec)
-	}
-	sc, err := scenario.Get(parts[0])
+	name, base, n := seedsSpec(t, "CAUSAL")
+	sc, err := scenario.Get(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, _ := strconv.Atoi(parts[1])
-	n, _ := strconv.Atoi(parts[2])
 	var sf, sc99 float64
 	for seed := base; seed < base+n; seed++ {
 		st := sc.Stream(uint64(seed))
@@ -112,4 +103,22 @@ func p99(v []float64) float64 {
 		return s[lo]
 	}
 	return s[lo] + (r-float64(lo))*(s[lo+1]-s[lo])
+}
+
+// seedsSpec reads the report tests' environment variable env as
+// name:seed-base:seeds (name a scenario, or a trace path where the test
+// takes one), skipping the test when env is unset.
+func seedsSpec(t *testing.T, env string) (name string, base, n int) {
+	t.Helper()
+	spec := os.Getenv(env)
+	if spec == "" {
+		t.Skip(env + " not set")
+	}
+	parts := strings.Split(spec, ":")
+	if len(parts) != 3 {
+		t.Fatalf("%s=%q: want scenario:seed-base:seeds", env, spec)
+	}
+	base, _ = strconv.Atoi(parts[1])
+	n, _ = strconv.Atoi(parts[2])
+	return parts[0], base, n
 }

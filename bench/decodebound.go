@@ -65,21 +65,11 @@ import (
 // (the engine does, under load) pays no more for decode than that; the
 // weight read a decode step costs is hidden under a full step's compute.
 func DecodeBoundP99(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64, seed uint64) (float64, error) {
-	if len(causal) != len(stream.Requests) {
-		return 0, fmt.Errorf("decode bound: %d floors for %d requests", len(causal), len(stream.Requests))
-	}
-	spread := engine.DefaultVariation().PodSpread
-	fc, err := fleetPrefillCapacity(f, seed, spread)
+	b, err := newFleetBound(ctx, "decode bound", f, stream, causal, seed)
 	if err != nil {
 		return 0, err
 	}
-	dc, err := fleetDecodeCharge(f, stream, seed, spread, fc)
-	if err != nil {
-		return 0, err
-	}
-	b := newBoundInput(stream, causal, fc)
-	b.dec = dc
-	if err := ctx.Err(); err != nil {
+	if b.dec, err = fleetDecodeCharge(f, stream, seed, engine.DefaultVariation().PodSpread, b.cap); err != nil {
 		return 0, err
 	}
 	return b.p99(), nil
@@ -139,15 +129,11 @@ func fleetDecodeCharge(f scenario.Fleet, stream workload.Stream, seed uint64, sp
 	d := decodeCharge{sigma: math.Inf(1), stepMin: math.Inf(1)}
 	pod := 0
 	for _, g := range f.Pods {
-		cfg, err := engineConfig(f, g)
+		e, err := podEngine(f, g)
 		if err != nil {
 			return d, fmt.Errorf("decode bound: %w", err)
 		}
-		e, err := engine.New(cfg)
-		if err != nil {
-			return d, fmt.Errorf("decode bound: %s: %w", g.GPU, err)
-		}
-		cfg = e.Config()
+		cfg := e.Config()
 		delta, tauMax, tauMin := podDecodeCharge(cfg, maxCtx, len(f.Adapters) > 0)
 		c := podPrefillCost(cfg)
 		ratio := math.Max(fc.ref.perFlop/c.perFlop, fc.ref.perToken/c.perToken)

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -279,20 +278,11 @@ func checkDecodeBound(t *testing.T, sc scenario.Scenario, seed uint64, policies 
 // their P99 TTFT with the bounds (DECODECHECK=scenario:seed-base:seeds,
 // DECODEPOL=comma-separated policies, default round-robin,gie-v1.5,infergate).
 func TestDecodeBoundCheck(t *testing.T) {
-	spec := os.Getenv("DECODECHECK")
-	if spec == "" {
-		t.Skip("DECODECHECK not set")
-	}
-	parts := strings.Split(spec, ":")
-	if len(parts) != 3 {
-		t.Fatalf("DECODECHECK=%q: want scenario:seed-base:seeds", spec)
-	}
-	sc, err := scenario.Get(parts[0])
+	name, base, n := seedsSpec(t, "DECODECHECK")
+	sc, err := scenario.Get(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, _ := strconv.Atoi(parts[1])
-	n, _ := strconv.Atoi(parts[2])
 	pols := []string{"round-robin", "gie-v1.5", "infergate"}
 	if p := os.Getenv("DECODEPOL"); p != "" {
 		pols = strings.Split(p, ",")

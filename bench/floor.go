@@ -117,13 +117,9 @@ func MaxModelLen(f scenario.Fleet) (int, error) {
 	f.SetDefaults()
 	best := 0
 	for _, g := range f.Pods {
-		cfg, err := engineConfig(f, g)
+		e, err := podEngine(f, g)
 		if err != nil {
 			return 0, fmt.Errorf("fleet: %w", err)
-		}
-		e, err := engine.New(cfg)
-		if err != nil {
-			return 0, fmt.Errorf("fleet: %s: %w", g.GPU, err)
 		}
 		if n := e.MaxModelLen(); best == 0 || n < best {
 			best = n

@@ -149,6 +149,21 @@ func engineConfig(f scenario.Fleet, g scenario.PodGroup) (engine.Config, error) 
 	}, nil
 }
 
+// podEngine builds pod group g's engine at nominal speed, for the cost
+// models of the floors and bounds; the error names the GPU when the engine
+// refuses the configuration.
+func podEngine(f scenario.Fleet, g scenario.PodGroup) (*engine.Engine, error) {
+	cfg, err := engineConfig(f, g)
+	if err != nil {
+		return nil, err
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", g.GPU, err)
+	}
+	return e, nil
+}
+
 // reqState is the harness's record of one request.
 type reqState struct {
 	w        *workload.Request

@@ -8,7 +8,6 @@ import (
 
 	"github.com/infergate/infergate/bench/scenario"
 	"github.com/infergate/infergate/bench/workload"
-	"github.com/infergate/infergate/sim/engine"
 )
 
 // KVBoundP99 returns, in milliseconds, a lower bound on the P99 TTFT
@@ -52,13 +51,9 @@ func fleetKVBound(ctx context.Context, f scenario.Fleet, stream workload.Stream,
 	f.SetDefaults()
 	blocks := 0
 	for _, g := range f.Pods {
-		cfg, err := engineConfig(f, g)
+		e, err := podEngine(f, g)
 		if err != nil {
 			return nil, fmt.Errorf("kv bound: %w", err)
-		}
-		e, err := engine.New(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("kv bound: %s: %w", g.GPU, err)
 		}
 		blocks += e.Stats().NumBlocks * g.Count
 	}

@@ -38,15 +38,8 @@ import (
 // its floor, so a fleet of one type gets exactly QueueBoundP99. Context
 // limits, adapters and decode are not counted (all on the safe side).
 func TypedQueueBoundP99(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64, seed uint64) (float64, error) {
-	if len(causal) != len(stream.Requests) {
-		return 0, fmt.Errorf("typed queue bound: %d floors for %d requests", len(causal), len(stream.Requests))
-	}
-	fc, err := fleetPrefillCapacity(f, seed, engine.DefaultVariation().PodSpread)
+	b, err := newFleetBound(ctx, "typed queue bound", f, stream, causal, seed)
 	if err != nil {
-		return 0, err
-	}
-	b := newBoundInput(stream, causal, fc)
-	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	return p99Bound(b.floor, b.slowTyped), nil

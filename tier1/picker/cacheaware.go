@@ -103,17 +103,12 @@ func (*cacheAwareScorer) Name() string { return ScorerCacheAwareTTFT }
 
 // ttftMs is the model above for one pod; waitMs is its queued part alone.
 func (s *cacheAwareScorer) ttftMs(p *Pod, uncached, perQueued, fallback float64) (ttft, waitMs float64) {
-	speed := p.PrefillTokensPerSec
-	if speed <= 0 {
-		speed = fallback
-	}
+	speed := prefillSpeed(p, fallback)
 	if s.chunk > 0 {
 		decode := float64(max(p.Metrics.Running, p.InFlight-p.InFlightPrefill, 0))
 		speed *= math.Max(0.05, 1-decode/s.chunk)
 	}
-	unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
-	queued := float64(max(p.InFlightUncachedTokens, 0)) + float64(unseen)*perQueued
-	waitMs = 1000 * queued / speed
+	waitMs = 1000 * queuedPrefillTokens(p, perQueued) / speed
 	var active float64
 	if m := &p.Metrics; s.decodeWeight > 0 && m.HasKV && m.NumBlocks > 0 && m.BlockSize > 0 {
 		active = s.decodeWeight * clamp01(m.KVUsage) * float64(m.NumBlocks) * float64(m.BlockSize)
@@ -146,11 +141,7 @@ func (s *cacheAwareScorer) Score(cs *cycleState, req *Request, pods []*Pod, out 
 	holders := 0
 	bestHolder := math.Inf(1)
 	for i, p := range pods {
-		uncached := prompt
-		if matched != nil {
-			uncached -= prompt * float64(matched[i]) / float64(n)
-		}
-		est, wait := s.ttftMs(p, uncached, perQueued, fallback)
+		est, wait := s.ttftMs(p, uncachedTokens(req, matched, i), perQueued, fallback)
 		out[i] = est
 		if matched != nil && matched[i] == longest && longest > 0 {
 			holders++

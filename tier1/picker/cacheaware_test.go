@@ -19,9 +19,6 @@ func TestCacheAwareTTFTScores(t *testing.T) {
 	kvFull := func(u float64) func(*Pod) {
 		return func(p *Pod) { p.Metrics.KVUsage, p.Metrics.NumBlocks, p.Metrics.BlockSize = u, 1000, 16 }
 	}
-	queued := func(tokens int) func(*Pod) {
-		return func(p *Pod) { p.InFlightUncachedTokens, p.InFlightPrefill, p.InFlight = tokens, 1, 1 }
-	}
 	tests := []struct {
 		name   string
 		prompt int

@@ -25,6 +25,12 @@ func kv(u float64) func(*Pod)      { return func(p *Pod) { p.Metrics.KVUsage = u
 func inflight(n int) func(*Pod)    { return func(p *Pod) { p.InFlight = n } }
 func prefill(v float64) func(*Pod) { return func(p *Pod) { p.PrefillTokensPerSec = v } }
 
+// queued gives the pod one router-sent request with tokens of uncached
+// prefill still in flight.
+func queued(tokens int) func(*Pod) {
+	return func(p *Pod) { p.InFlightUncachedTokens, p.InFlightPrefill, p.InFlight = tokens, 1, 1 }
+}
+
 func names(pods []*Pod) []string {
 	out := make([]string, len(pods))
 	for i, p := range pods {

@@ -297,27 +297,14 @@ func (s *Scheduler) PrefillTime(req *Request, pods []*Pod) time.Duration {
 	if len(pods) == 0 {
 		return 0
 	}
-	prompt := float64(max(req.PromptTokens, 0))
 	var matched []int
-	if n := len(req.BlockHashes); n > 0 && s.opts.Tracker != nil {
-		names := make([]string, len(pods))
-		for i, p := range pods {
-			names[i] = p.Name
-		}
-		matched = s.opts.Tracker.idx.Match(req.BlockHashes, names, nil)
+	if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
+		matched = (&cycleState{}).prefixMatch(s.opts.Tracker, req, pods)
 	}
 	fallback := meanPrefillSpeed(pods, defaultPrefillSpeed)
 	best := math.Inf(1)
 	for i, p := range pods {
-		speed := p.PrefillTokensPerSec
-		if speed <= 0 {
-			speed = fallback
-		}
-		uncached := prompt
-		if matched != nil {
-			uncached -= prompt * float64(matched[i]) / float64(len(req.BlockHashes))
-		}
-		best = min(best, uncached/speed)
+		best = min(best, uncachedTokens(req, matched, i)/prefillSpeed(p, fallback))
 	}
 	return time.Duration(best * float64(time.Second))
 }

@@ -312,17 +312,10 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 	if perQueued <= 0 {
 		perQueued = float64(max(req.PromptTokens, 1))
 	}
-	prompt := float64(max(req.PromptTokens, 0))
 	best := math.Inf(1)
 	for i, p := range pods {
-		speed := p.PrefillTokensPerSec
-		if speed <= 0 {
-			speed = fallback
-		}
-		uncached := prompt
-		if matched != nil {
-			uncached -= prompt * float64(matched[i]) / float64(len(req.BlockHashes))
-		}
+		speed := prefillSpeed(p, fallback)
+		uncached := uncachedTokens(req, matched, i)
 		unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
 		queued := float64(p.InFlightUncachedTokens) + float64(unseen)*perQueued
 		est := s.overhead + (queued+uncached)/speed
@@ -350,6 +343,33 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 }
 
 // meanPrefillSpeed is the prefill speed assumed for a pod that has not
+// uncachedTokens is req's prompt estimate less the part of it pod i holds
+// as matched says (block counts from cycleState.prefixMatch; nil: none).
+func uncachedTokens(req *Request, matched []int, i int) float64 {
+	prompt := float64(max(req.PromptTokens, 0))
+	if matched == nil {
+		return prompt
+	}
+	return prompt - prompt*float64(matched[i])/float64(len(req.BlockHashes))
+}
+
+// prefillSpeed is p's learned prefill speed in tokens/s, or fallback
+// while it has none.
+func prefillSpeed(p *Pod, fallback float64) float64 {
+	if p.PrefillTokensPerSec <= 0 {
+		return fallback
+	}
+	return p.PrefillTokensPerSec
+}
+
+// queuedPrefillTokens is the prefill ahead of a new request on p: the
+// router's in-flight uncached prompt tokens, plus perQueued for each
+// scraped waiting request the router did not send.
+func queuedPrefillTokens(p *Pod, perQueued float64) float64 {
+	unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
+	return float64(max(p.InFlightUncachedTokens, 0)) + float64(unseen)*perQueued
+}
+
 // learned its own yet: the mean of the pods that have, else def.
 func meanPrefillSpeed(pods []*Pod, def float64) float64 {
 	var sum float64

@@ -70,13 +70,8 @@ func (s *sizeAwareScorer) Score(cs *cycleState, req *Request, pods []*Pod, out [
 	}
 	long := s.affinity > 0 && s.longTokens > 0
 	for i, p := range pods {
-		uncached := prompt
-		if matched != nil {
-			uncached -= prompt * float64(matched[i]) / float64(n)
-		}
-		uncached = max(uncached, 1) // a fully cached prompt still takes a step
-		unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
-		queued := float64(max(p.InFlightUncachedTokens, 0)) + float64(unseen)*perQueued
+		uncached := max(uncachedTokens(req, matched, i), 1) // a fully cached prompt still takes a step
+		queued := queuedPrefillTokens(p, perQueued)
 		// Both terms run at the pod's one speed, so it cancels.
 		if long && uncached >= s.longTokens {
 			out[i] = 1 - s.affinity

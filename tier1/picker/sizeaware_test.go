@@ -7,9 +7,6 @@ import (
 )
 
 func TestSizeAwareScores(t *testing.T) {
-	queued := func(tokens int) func(*Pod) {
-		return func(p *Pod) { p.InFlightUncachedTokens, p.InFlightPrefill, p.InFlight = tokens, 1, 1 }
-	}
 	tests := []struct {
 		name   string
 		prompt int

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -33,13 +32,9 @@ func floorCmd(args []string) {
 	parse := fs.Bool("parse", false, "also parse each page with scrape.Parse")
 	batch := fs.Int("batch", 1, "fetches per wake-up: each wake-up reads the responses to the requests written at the previous one, then writes the next batch (so no read waits)")
 	_ = fs.Parse(args)
-	raw, err := os.ReadFile(*addrsPath)
-	if err != nil {
-		log.Fatal(err)
-	}
 	var fds []int
 	var reqs [][]byte
-	for _, a := range strings.Fields(string(raw)) {
+	for _, a := range readAddrs(*addrsPath) {
 		ta, err := net.ResolveTCPAddr("tcp", a)
 		if err != nil {
 			log.Fatal(err)

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -106,18 +105,10 @@ func scrapeCmd(args []string) {
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the measured window here")
 	netHTTP := fs.Bool("nethttp", false, "fetch /metrics with a net/http client (Options.Client) instead of the scraper's own")
 	_ = fs.Parse(args)
-	f, err := os.Open(*addrsPath)
-	if err != nil {
-		log.Fatal(err)
-	}
 	var targets []scrape.Target
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if a := strings.TrimSpace(sc.Text()); a != "" {
-			targets = append(targets, scrape.Target{Name: fmt.Sprintf("pod-%03d", len(targets)), Address: a, Engine: *engine, Needs: scrape.AllInputs})
-		}
+	for _, a := range readAddrs(*addrsPath) {
+		targets = append(targets, scrape.Target{Name: fmt.Sprintf("pod-%03d", len(targets)), Address: a, Engine: *engine, Needs: scrape.AllInputs})
 	}
-	_ = f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := scrape.Options{Interval: *interval}
@@ -163,4 +154,13 @@ func scrapeCmd(args []string) {
 	fmt.Printf("pods=%d interval=%s window=%.1fs cpu=%.2fs cores=%.3f scrapes=%d (%.0f/s, want %.0f/s) errors=%d cpu/scrape=%.0fµs\n",
 		len(targets), *interval, wall, c1-c0, (c1-c0)/wall, scrapes, float64(scrapes)/wall,
 		float64(len(targets))/interval.Seconds(), e1-e0, (c1-c0)/float64(max(scrapes, 1))*1e6)
+}
+
+// readAddrs reads the pods' host:port list that serve printed.
+func readAddrs(path string) []string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return strings.Fields(string(raw))
 }
