@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/bench/trace"
+	"github.com/infergate/infergate/bench/workload"
 	"github.com/infergate/infergate/sim/engine"
 )
 
@@ -23,16 +25,12 @@ func TestDiag(t *testing.T) {
 		t.Skip("DIAG not set")
 	}
 	parts := strings.Split(spec, ":")
-	sc, err := scenario.Get(parts[0])
-	if err != nil {
-		t.Fatal(err)
-	}
 	pol, err := ParsePolicy(parts[1])
 	if err != nil {
 		t.Fatal(err)
 	}
 	seed, _ := strconv.ParseUint(parts[2], 10, 64)
-	st := sc.Stream(seed)
+	sc, st := diagStream(t, parts[0], seed)
 	floors, err := Floors(context.Background(), sc.Fleet, st)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +41,7 @@ func TestDiag(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("causal floors in %v\n", time.Since(t0))
-	s, err := newSim(context.Background(), Setup{Name: sc.Name, Fleet: sc.Fleet, Horizon: sc.Duration + sc.Drain}, pol, seed, st, Options{})
+	s, err := newSim(context.Background(), Setup{Name: sc.Name, Fleet: sc.Fleet, Horizon: st.Duration + sc.Drain}, pol, seed, st, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,4 +157,38 @@ func TestDiag(t *testing.T) {
 			fmt.Println()
 		}
 	}
+}
+
+// diagStream is DIAG's stream: a scenario's for seed, or, for
+// path.jsonl@start, ten minutes of the trace from start on the bench's
+// default trace fleet (4 H100 + 4 A10G, Llama-3.1-8B), drained for ten
+// minutes (skipped when the file is absent).
+func diagStream(t *testing.T, src string, seed uint64) (scenario.Scenario, workload.Stream) {
+	t.Helper()
+	path, at, isTrace := strings.Cut(src, "@")
+	if !isTrace {
+		sc, err := scenario.Get(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc, sc.Stream(seed)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("trace: %v", err)
+	}
+	start, err := time.ParseDuration(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scenario.Scenario{Name: "trace", Drain: 10 * time.Minute, Fleet: scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 4, TensorParallel: 1}, {GPU: "a10g", Count: 4, TensorParallel: 1}}}}
+	sc.Fleet.SetDefaults()
+	maxLen, err := MaxModelLen(sc.Fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := trace.Load(path, trace.Options{Start: start, Duration: 10 * time.Minute, MaxTotalTokens: maxLen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc, st
 }

@@ -51,6 +51,10 @@ func Prompt(req *picker.Request, cacheSalt string, text []byte) {
 		seed = req.Model + "\x00" + cacheSalt
 	}
 	req.BlockHashes = prefix.Hash(seed, text, prefix.DefaultBlockBytes, prefix.DefaultPromptBlocks, req.BlockHashes[:0])
+	req.PromptBlocks = 0
+	if n := len(text) / prefix.DefaultBlockBytes; n > len(req.BlockHashes) {
+		req.PromptBlocks = n
+	}
 	req.PromptTokens = max(1, len(text)/4)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/prefix"
 )
 
 func TestDecide(t *testing.T) {
@@ -174,5 +175,35 @@ func TestPrompt(t *testing.T) {
 	Prompt(empty, "", nil)
 	if empty.PromptTokens != 1 || len(empty.BlockHashes) != 0 {
 		t.Errorf("empty prompt: %d tokens, %d hashes", empty.PromptTokens, len(empty.BlockHashes))
+	}
+}
+
+// TestPromptBlocks: a prompt longer than the hashed window says how many
+// blocks it spans in all, so a match on the window is not taken for the
+// whole prompt; a reused request forgets an earlier long prompt's count.
+func TestPromptBlocks(t *testing.T) {
+	tests := []struct {
+		name       string
+		blocks     int // full blocks of text
+		wantHashed int
+		wantBlocks int
+	}{
+		{"short", 10, 10, 0},
+		{"exactly the window", prefix.DefaultPromptBlocks, prefix.DefaultPromptBlocks, 0},
+		{"twice the window", 2 * prefix.DefaultPromptBlocks, prefix.DefaultPromptBlocks, 2 * prefix.DefaultPromptBlocks},
+	}
+	req := &picker.Request{Model: "m"}
+	for _, long := range []bool{false, true} {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if long {
+					Prompt(req, "", make([]byte, 3*prefix.DefaultPromptBlocks*prefix.DefaultBlockBytes))
+				}
+				Prompt(req, "", make([]byte, tt.blocks*prefix.DefaultBlockBytes+7))
+				if len(req.BlockHashes) != tt.wantHashed || req.PromptBlocks != tt.wantBlocks {
+					t.Fatalf("hashed %d, prompt blocks %d; want %d, %d", len(req.BlockHashes), req.PromptBlocks, tt.wantHashed, tt.wantBlocks)
+				}
+			})
+		}
 	}
 }

@@ -250,7 +250,7 @@ func (s *prefixScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []fl
 		minLoad = min(minLoad, float64(Load(p)))
 	}
 	for i, p := range pods {
-		v := conf * float64(matched[i]) / float64(n)
+		v := conf * req.cachedFraction(matched[i])
 		if l := float64(Load(p)); v > 0 && l-minLoad > s.guardAbs && l > s.guardRatio*minLoad {
 			v *= s.discount
 		}
@@ -350,7 +350,7 @@ func uncachedTokens(req *Request, matched []int, i int) float64 {
 	if matched == nil {
 		return prompt
 	}
-	return prompt - prompt*float64(matched[i])/float64(len(req.BlockHashes))
+	return prompt - prompt*req.cachedFraction(matched[i])
 }
 
 // prefillSpeed is p's learned prefill speed in tokens/s, or fallback

@@ -137,6 +137,17 @@ func TestPrefixScorer(t *testing.T) {
 			}
 		})
 	}
+	// Only the first 40 of the prompt's 100 blocks were hashed: holding
+	// all 40 is holding 40% of the prompt, not all of it.
+	t.Run("long prompt: share of the whole prompt", func(t *testing.T) {
+		tr := NewTracker(TrackerOptions{})
+		tr.Index().Record("a", h)
+		tr.Index().Record("b", h[:10])
+		got := scoreOnly(t, ScorerPrefix, nil, tr, &Request{BlockHashes: h, PromptBlocks: 100}, []*Pod{mkPod("a"), mkPod("b"), mkPod("c")})
+		if want := []float64{0.4, 0.1, 0}; !approx(got, want) {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	})
 	t.Run("no tracker", func(t *testing.T) {
 		got := scoreOnly(t, ScorerPrefix, nil, nil, &Request{BlockHashes: h}, []*Pod{mkPod("a")})
 		if got[0] != 0 {
@@ -166,6 +177,11 @@ func TestPredictedLatencyScorer(t *testing.T) {
 			nil, []*Pod{mkPod("a", prefill(10000), waiting(10)), mkPod("b", prefill(10000))}, nil, "b"},
 		{"cached prefix counts", Request{PromptTokens: 8000, BlockHashes: h},
 			map[string][]uint64{"cached": h}, []*Pod{mkPod("cold", prefill(10000)), mkPod("cached", prefill(8000))}, nil, "cached"},
+		// 64 of 256 blocks hashed and cached: 6,000 tokens still to compute
+		// at 7,000/s against 8,000 at 10,000/s on the cold pod. Taking the
+		// hashed window for the whole prompt would pick the cached pod.
+		{"long prompt: unhashed rest is uncached", Request{PromptTokens: 8000, BlockHashes: h, PromptBlocks: 256},
+			map[string][]uint64{"cached": h}, []*Pod{mkPod("cold", prefill(10000)), mkPod("cached", prefill(7000))}, nil, "cold"},
 		{"unknown speed uses candidates' mean", Request{PromptTokens: 1000},
 			nil, []*Pod{mkPod("a", prefill(10000)), mkPod("b"), mkPod("c", prefill(30000))}, nil, "c"},
 		{"SLO misses score 0", Request{PromptTokens: 10000, TTFTSLO: 600 * time.Millisecond},

@@ -135,7 +135,7 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		var got [1]int
 		names[0] = pod
 		m := t.idx.Match(req.BlockHashes, names[:], got[:0])
-		uncached -= uncached * m[0] / n
+		uncached -= int(float64(uncached) * req.cachedFraction(m[0]))
 		if t.rec != nil {
 			t.rec.add(pod, req.BlockHashes)
 		} else {

@@ -138,3 +138,18 @@ func TestSpeedAdapts(t *testing.T) {
 		t.Fatalf("speed = %.0f after slowing to 4000", got)
 	}
 }
+
+// TestTrackerLongPromptUncached: a long prompt whose hashed window a pod
+// already holds still counts its unhashed rest as uncached prefill there.
+func TestTrackerLongPromptUncached(t *testing.T) {
+	tr := NewTracker(TrackerOptions{})
+	h := hashes(16, 0, "")
+	tr.Dispatched("a", &Request{PromptTokens: 1000, BlockHashes: h})
+	long := &Request{PromptTokens: 4000, BlockHashes: h, PromptBlocks: 64} // 16 of 64 blocks hashed
+	tr.Dispatched("a", long)
+	pods := []*Pod{mkPod("a")}
+	tr.Apply(pods)
+	if got, want := pods[0].InFlightUncachedTokens, 1000+3000; got != want {
+		t.Fatalf("uncached in flight %d, want %d", got, want)
+	}
+}

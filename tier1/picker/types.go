@@ -59,6 +59,7 @@ type Request struct {
 	PromptTokens int           // estimated prompt tokens
 	MaxTokens    int           // requested completion tokens, 0 if unknown
 	BlockHashes  []uint64      // chained prefix block hashes (tier1/prefix)
+	PromptBlocks int           // blocks the whole prompt spans when only the first len(BlockHashes) were hashed; 0: all were
 	Priority     int           // higher is more important; < 0 is sheddable
 	Sheddable    bool          // may be rejected with 429 under saturation
 	TTFTSLO      time.Duration // optional per-request TTFT objective, 0 = none
@@ -143,4 +144,18 @@ type scorer interface {
 type ranker interface {
 	Name() string
 	Pick(cs *cycleState, req *Request, pods []*Pod, total []float64) []*Pod
+}
+
+// cachedFraction is the share of r's prompt that matched leading blocks
+// cover. Tier 1 hashes at most prefix.DefaultPromptBlocks blocks, so for a
+// longer prompt (PromptBlocks set) holding the whole hashed window is
+// holding only that part of the prompt: the rest is unknown and counted as
+// uncached, or a pod that cached the first 8k tokens of a 30k-token prompt
+// would look as if it held all of it.
+func (r *Request) cachedFraction(matched int) float64 {
+	n := max(len(r.BlockHashes), r.PromptBlocks)
+	if n == 0 {
+		return 0
+	}
+	return min(1, float64(matched)/float64(n))
 }
