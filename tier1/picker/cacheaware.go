@@ -61,7 +61,8 @@ var cacheAwareSpec = scorerSpec{
 //	    uncached tokens plus, for scraped waiting requests it did not send,
 //	    an assumed size each (queued_prompt_tokens, 0 = this prompt's);
 //	  - speed: the pod's learned PrefillTokensPerSec (the Tracker's fit of
-//	    TTFT samples), else the candidates' mean, else the default;
+//	    TTFT samples), else a prior (speedPrior: learned speeds scaled by
+//	    GPU peak, else their mean, else the default);
 //	  - decode interference: under chunked prefill a step carries one token
 //	    per running sequence plus a prefill chunk within chunk_tokens, so a
 //	    running batch of d leaves (1 − d/chunk) of each step to prefill.
@@ -102,8 +103,8 @@ type cacheAwareScorer struct {
 func (*cacheAwareScorer) Name() string { return ScorerCacheAwareTTFT }
 
 // ttftMs is the model above for one pod; waitMs is its queued part alone.
-func (s *cacheAwareScorer) ttftMs(p *Pod, uncached, perQueued, fallback float64) (ttft, waitMs float64) {
-	speed := prefillSpeed(p, fallback)
+func (s *cacheAwareScorer) ttftMs(p *Pod, uncached, perQueued float64, prior speedPrior) (ttft, waitMs float64) {
+	speed := prior.of(p)
 	if s.chunk > 0 {
 		decode := float64(max(p.Metrics.Running, p.InFlight-p.InFlightPrefill, 0))
 		speed *= math.Max(0.05, 1-decode/s.chunk)
@@ -122,10 +123,11 @@ func (s *cacheAwareScorer) Score(cs *cycleState, req *Request, pods []*Pod, out 
 	if n > 0 && s.tracker != nil {
 		matched = cs.prefixMatch(s.tracker, req, pods)
 	}
-	fallback := meanPrefillSpeed(pods, s.defaultPrefill)
-	if fallback <= 0 {
-		fallback = 8000
+	def := s.defaultPrefill
+	if def <= 0 {
+		def = defaultPrefillSpeed
 	}
+	prior := newSpeedPrior(pods, def)
 	prompt := float64(max(req.PromptTokens, 0))
 	perQueued := s.queuedTokens
 	if perQueued <= 0 {
@@ -141,7 +143,7 @@ func (s *cacheAwareScorer) Score(cs *cycleState, req *Request, pods []*Pod, out 
 	holders := 0
 	bestHolder := math.Inf(1)
 	for i, p := range pods {
-		est, wait := s.ttftMs(p, uncachedTokens(req, matched, i), perQueued, fallback)
+		est, wait := s.ttftMs(p, uncachedTokens(req, matched, i), perQueued, prior)
 		out[i] = est
 		if matched != nil && matched[i] == longest && longest > 0 {
 			holders++

@@ -266,16 +266,16 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	// or busy is the request held (ErrBusy). The pick itself stays the
 	// scorers'; a busy filter on the candidates, measured, hurt
 	// multi-turn chat (turns sent away from their cached history).
-	speed := 0.0 // the candidates' mean prefill speed, for pods without one
+	var prior speedPrior // for pods without a learned speed; none known: not busy
 	if p.sat.PrefillWait > 0 {
-		speed = meanPrefillSpeed(cands, 0)
+		prior = newSpeedPrior(cands, 0)
 	}
 	busy := false
 	for _, pod := range cands {
 		if p.sat.Saturated(pod) {
 			continue
 		}
-		if !p.sat.Busy(pod, speed) {
+		if !p.sat.Busy(pod, prior.of(pod)) {
 			return nil
 		}
 		busy = true
@@ -301,10 +301,10 @@ func (s *Scheduler) PrefillTime(req *Request, pods []*Pod) time.Duration {
 	if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
 		matched = (&cycleState{}).prefixMatch(s.opts.Tracker, req, pods)
 	}
-	fallback := meanPrefillSpeed(pods, defaultPrefillSpeed)
+	prior := newSpeedPrior(pods, defaultPrefillSpeed)
 	best := math.Inf(1)
 	for i, p := range pods {
-		best = min(best, uncachedTokens(req, matched, i)/prefillSpeed(p, fallback))
+		best = min(best, uncachedTokens(req, matched, i)/prior.of(p))
 	}
 	return time.Duration(best * float64(time.Second))
 }

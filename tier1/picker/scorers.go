@@ -287,8 +287,9 @@ func (cs *cycleState) prefixMatch(t *Tracker, req *Request, pods []*Pod) []int {
 //
 // where queued tokens are the router's in-flight uncached prompt tokens
 // plus, for requests the pod reports waiting beyond those, an assumed size
-// each, and the speed is the pod's learned PrefillTokensPerSec (else the
-// candidates' mean, else default_prefill_tokens_per_sec). The score is
+// each, and the speed is the pod's learned PrefillTokensPerSec (else
+// speedPrior's guess from the learned speeds, the pods' GPU peaks and
+// default_prefill_tokens_per_sec). The score is
 // best/predicted, so the fastest pod scores 1 and one twice as slow 0.5.
 // With Request.TTFTSLO set, pods predicted to miss it have their score
 // multiplied by slo_miss_score (0..1, default 0), unless every pod misses.
@@ -307,14 +308,14 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 	if n := len(req.BlockHashes); n > 0 && s.tracker != nil {
 		matched = cs.prefixMatch(s.tracker, req, pods)
 	}
-	fallback := meanPrefillSpeed(pods, s.defaultPrefill)
+	prior := newSpeedPrior(pods, s.defaultPrefill)
 	perQueued := s.queuedTokens
 	if perQueued <= 0 {
 		perQueued = float64(max(req.PromptTokens, 1))
 	}
 	best := math.Inf(1)
 	for i, p := range pods {
-		speed := prefillSpeed(p, fallback)
+		speed := prior.of(p)
 		uncached := uncachedTokens(req, matched, i)
 		unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
 		queued := float64(p.InFlightUncachedTokens) + float64(unseen)*perQueued
@@ -342,7 +343,6 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 	}
 }
 
-// meanPrefillSpeed is the prefill speed assumed for a pod that has not
 // uncachedTokens is req's prompt estimate less the part of it pod i holds
 // as matched says (block counts from cycleState.prefixMatch; nil: none).
 func uncachedTokens(req *Request, matched []int, i int) float64 {
@@ -353,35 +353,10 @@ func uncachedTokens(req *Request, matched []int, i int) float64 {
 	return prompt - prompt*req.cachedFraction(matched[i])
 }
 
-// prefillSpeed is p's learned prefill speed in tokens/s, or fallback
-// while it has none.
-func prefillSpeed(p *Pod, fallback float64) float64 {
-	if p.PrefillTokensPerSec <= 0 {
-		return fallback
-	}
-	return p.PrefillTokensPerSec
-}
-
 // queuedPrefillTokens is the prefill ahead of a new request on p: the
 // router's in-flight uncached prompt tokens, plus perQueued for each
 // scraped waiting request the router did not send.
 func queuedPrefillTokens(p *Pod, perQueued float64) float64 {
 	unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
 	return float64(max(p.InFlightUncachedTokens, 0)) + float64(unseen)*perQueued
-}
-
-// learned its own yet: the mean of the pods that have, else def.
-func meanPrefillSpeed(pods []*Pod, def float64) float64 {
-	var sum float64
-	var known int
-	for _, p := range pods {
-		if p.PrefillTokensPerSec > 0 {
-			sum += p.PrefillTokensPerSec
-			known++
-		}
-	}
-	if known == 0 {
-		return def
-	}
-	return sum / float64(known)
 }

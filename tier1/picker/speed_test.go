@@ -1,0 +1,77 @@
+package picker
+
+import (
+	"math"
+	"testing"
+)
+
+func TestGPUPeak(t *testing.T) {
+	tests := []struct {
+		gpu  string
+		want float64
+	}{
+		{"h100", 989},
+		{"NVIDIA-H100-80GB-HBM3", 989},
+		{"NVIDIA-H100-PCIe", 756},
+		{"a100", 312},
+		{"NVIDIA-A100-SXM4-80GB", 312},
+		{"a10g", 125},
+		{"NVIDIA-A10G", 125},
+		{"NVIDIA-L40S", 362},
+		{"l4", 121},
+		{"NVIDIA-L4", 121},
+		{"Tesla-T4", 65},
+		{"", 0},
+		{"tpu-v5e", 0},
+	}
+	for _, tt := range tests {
+		if got := gpuPeak(tt.gpu); got != tt.want {
+			t.Errorf("gpuPeak(%q) = %v, want %v", tt.gpu, got, tt.want)
+		}
+	}
+}
+
+func gpu(name string) func(*Pod) { return func(p *Pod) { p.GPU = name } }
+
+func TestSpeedPrior(t *testing.T) {
+	tests := []struct {
+		name string
+		pods []*Pod
+		def  float64
+		want []float64
+	}{
+		{"learned speeds are kept", []*Pod{mkPod("a", prefill(5000)), mkPod("b", prefill(7000))}, 8000, []float64{5000, 7000}},
+		{"no GPU: the learned mean", []*Pod{mkPod("a", prefill(5000)), mkPod("b", prefill(7000)), mkPod("c")}, 8000, []float64{5000, 7000, 6000}},
+		{"no GPU, nothing learned: the default", []*Pod{mkPod("a"), mkPod("b")}, 8000, []float64{8000, 8000}},
+		{"unlearned A10G scaled from a learned H100", []*Pod{mkPod("h", gpu("h100"), prefill(20000)), mkPod("a", gpu("a10g"))}, 8000,
+			[]float64{20000, 20000 * 125.0 / 989}},
+		{"nothing learned: the default scaled by peak over the fastest", []*Pod{mkPod("h", gpu("h100")), mkPod("a", gpu("a10g"))}, 8000,
+			[]float64{8000, 8000 * 125.0 / 989}},
+		{"unknown GPU among known: the learned mean", []*Pod{mkPod("h", gpu("h100"), prefill(20000)), mkPod("x", gpu("tpu"))}, 8000, []float64{20000, 20000}},
+		{"no default, nothing learned: 0 (busy check off)", []*Pod{mkPod("h", gpu("h100")), mkPod("a", gpu("a10g"))}, 0, []float64{0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSpeedPrior(tt.pods, tt.def)
+			for i, p := range tt.pods {
+				if got := s.of(p); math.Abs(got-tt.want[i]) > 1e-6 {
+					t.Errorf("pod %s: %v, want %v", p.Name, got, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestPredictedLatencyUsesGPUPrior: a long prompt goes to the idle H100
+// the router has learned, not to an idle A10G it has not, which the mean
+// of the learned speeds would have made look as fast.
+func TestPredictedLatencyUsesGPUPrior(t *testing.T) {
+	pods := []*Pod{
+		mkPod("h100-busy", gpu("h100"), prefill(20000), func(p *Pod) { p.InFlightUncachedTokens = 4000 }),
+		mkPod("a10g-new", gpu("a10g")),
+	}
+	got := scoreOnly(t, ScorerPredictedLatency, nil, NewTracker(TrackerOptions{}), &Request{PromptTokens: 16000}, pods)
+	if !(got[0] == 1 && got[1] < 0.5) {
+		t.Fatalf("scores %v: want the learned H100 first by far", got)
+	}
+}
