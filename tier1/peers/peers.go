@@ -182,7 +182,9 @@ func (n *Node) Stats() Stats {
 
 // Dispatched implements picker.Observer; it never blocks.
 func (n *Node) Dispatched(pod string, hashes []uint64, l picker.ReplicaLoad) {
-	n.push(event{pod: pod, load: l, hashes: slices.Clone(hashes)})
+	// A record holds at most maxHashes; its leading blocks are a valid
+	// record of a shorter prompt.
+	n.push(event{pod: pod, load: l, hashes: slices.Clone(hashes[:min(len(hashes), maxHashes)])})
 }
 
 // Changed implements picker.Observer; it never blocks.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/prefix"
 )
 
 // replica is one Tier 1 replica's tracker and node, on a real socket.
@@ -125,6 +126,24 @@ func TestDispatchSharedAndCompleted(t *testing.T) {
 			return p.InFlight == 0 && p.InFlightPrefill == 0 && p.InFlightPromptTokens == 0
 		})
 	}
+}
+
+// TestLongPromptShared: a prompt with more block hashes than a record
+// carries reaches the peers as its leading maxHashes blocks, not as a
+// malformed frame that would drop the connection.
+func TestLongPromptShared(t *testing.T) {
+	rs := replicas(t, 2, fastOpts("s3cret"))
+	hashes := make([]uint64, prefix.DefaultPromptBlocks+100)
+	for i := range hashes {
+		hashes[i] = uint64(i) + 1
+	}
+	rs[0].tr.Dispatched("pod-a", &picker.Request{PromptTokens: 16 * len(hashes), BlockHashes: hashes})
+	eventually(t, "the long prompt on the peer", func() bool { return rs[1].tr.Index().PodLen("pod-a") == min(len(hashes), maxHashes) })
+	if s := rs[1].node.Stats(); s.Rejected != 0 {
+		t.Fatalf("peer stats %+v: frame rejected", s)
+	}
+	rs[0].tr.Dispatched("pod-b", &picker.Request{PromptTokens: 1, BlockHashes: []uint64{7}})
+	eventually(t, "sharing after the long prompt", func() bool { return rs[1].tr.Index().PodLen("pod-b") == 1 })
 }
 
 func TestKilledReplicaExpires(t *testing.T) {

@@ -311,7 +311,8 @@ type pendingRecord struct {
 	hashes []uint64 // a copy: the caller's slice is reused after dispatch
 }
 
-// maxSpare bounds the recycled hash buffers (4 KiB each for 8k tokens).
+// maxSpare bounds the recycled hash buffers (4 KiB for an 8k-token prompt,
+// 32 KiB at most).
 const maxSpare = 64
 
 func (r *recorder) add(pod string, hashes []uint64) {

@@ -17,11 +17,16 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// A block is 16 tokens × ~4 bytes per token, as in GIE; 512 blocks cover an
-// 8k-token prompt (GIE stops at 256).
+// A block is 16 tokens × ~4 bytes per token, as in GIE. DefaultPromptBlocks
+// covers a 64k-token prompt (GIE stops at 256 blocks, 4k tokens): a
+// router that sees only a long prompt's first 8k tokens cannot tell the
+// pod that holds the whole conversation from one that holds its start
+// (measured on the Mooncake trace, docs/benchmarks.md). Hashing costs
+// ~1 µs per 1k tokens; a prompt's blocks beyond its first are recorded
+// only when new to the pod.
 const (
 	DefaultBlockBytes   = 64
-	DefaultPromptBlocks = 512
+	DefaultPromptBlocks = 4096
 )
 
 // Hash appends to dst[:0] the chained xxhash64 of each full blockBytes block
