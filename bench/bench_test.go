@@ -165,7 +165,7 @@ func TestFloors(t *testing.T) {
 		{ID: 1, PromptTokens: 2048, OutputTokens: 10, BlockHashes: shared},
 		{ID: 2, PromptTokens: 200000, OutputTokens: 10}, // fits no pod
 	}}
-	fl, err := Floors(context.Background(), f, st)
+	fl, err := Floors(context.Background(), f, st, PodSpeeds{})
 	if err != nil {
 		t.Fatal(err)
 	}

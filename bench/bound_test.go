@@ -142,7 +142,7 @@ func TestQueueBoundP99AtLeastFloor(t *testing.T) {
 	}
 	sc.Duration = 30 * time.Second
 	st := sc.Stream(1)
-	floors, err := Floors(context.Background(), sc.Fleet, st)
+	floors, err := Floors(context.Background(), sc.Fleet, st, PodSpeeds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestQueueBoundP99AtLeastFloor(t *testing.T) {
 		t.Errorf("bound %.1f ms below the floor's P99 %.1f ms", b, f)
 	}
 	hot := sc.ScaleRate(3).Stream(1)
-	hf, err := Floors(context.Background(), sc.Fleet, hot)
+	hf, err := Floors(context.Background(), sc.Fleet, hot, PodSpeeds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,20 +203,17 @@ func TestQueueBoundReport(t *testing.T) {
 		name, fleet, stream = sc.Name, sc.Fleet, sc.Stream
 	}
 	var sf, sc99, sb, skv, sdb, stb float64
-	var floors, causal []float64
-	var lastStream workload.Stream
 	for seed := base; seed < base+n; seed++ {
 		st := stream(uint64(seed))
-		// A trace is one stream: its floors do not depend on the seed.
-		if floors == nil || len(st.Requests) != len(lastStream.Requests) || name != "trace" {
-			var err error
-			if floors, err = Floors(context.Background(), fleet, st); err != nil {
-				t.Fatal(err)
-			}
-			if causal, err = CausalFloors(context.Background(), fleet, st, floors); err != nil {
-				t.Fatal(err)
-			}
-			lastStream = st
+		// Even a trace's floors depend on the seed: it sets the pods' speeds.
+		sp := RunSpeeds(nil, uint64(seed))
+		floors, err := Floors(context.Background(), fleet, st, sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		causal, err := CausalFloors(context.Background(), fleet, st, floors, sp)
+		if err != nil {
+			t.Fatal(err)
 		}
 		b, err := QueueBoundP99(context.Background(), fleet, st, causal, uint64(seed))
 		if err != nil {
@@ -236,7 +233,7 @@ func TestQueueBoundReport(t *testing.T) {
 		}
 		stb += tb
 		fmt.Printf("%s seed %d: typed queue bound p99 %.1f ms%s\n", name, seed, tb, typedLoad(newBoundInput(st, causal, fc0), 10, p99(causal)/1000))
-		kb, err := fleetKVBound(context.Background(), fleet, st, causal)
+		kb, err := fleetKVBound(context.Background(), fleet, st, causal, sp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -430,7 +427,7 @@ func TestQueueBoundWorkBelowEngineSoloTime(t *testing.T) {
 		}
 		sc.Duration = 20 * time.Second
 		st := sc.Stream(3)
-		floors, err := Floors(context.Background(), sc.Fleet, st)
+		floors, err := Floors(context.Background(), sc.Fleet, st, PodSpeeds{})
 		if err != nil {
 			t.Fatal(err)
 		}

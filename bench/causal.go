@@ -31,11 +31,11 @@ import (
 // the rest; its bound is the cheaper choice, and never below its Floors
 // value. Queueing, decode interference and other requests sharing the pod
 // are ignored, which only lowers the bound.
-func CausalFloors(ctx context.Context, f scenario.Fleet, stream workload.Stream, floors []float64) ([]float64, error) {
+func CausalFloors(ctx context.Context, f scenario.Fleet, stream workload.Stream, floors []float64, sp PodSpeeds) ([]float64, error) {
 	if len(floors) != len(stream.Requests) {
 		return nil, fmt.Errorf("causal floor: %d floors for %d requests", len(floors), len(stream.Requests))
 	}
-	c, err := newSoloCoster(f)
+	c, err := newSoloCoster(f, sp)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ type soloCoster struct {
 	hashes []uint64
 }
 
-func newSoloCoster(f scenario.Fleet) (*soloCoster, error) {
+func newSoloCoster(f scenario.Fleet, sp PodSpeeds) (*soloCoster, error) {
 	s := &soloCoster{}
 	for _, g := range podTypes(f) {
 		cfg, err := engineConfig(f, g)
@@ -159,6 +159,7 @@ func newSoloCoster(f scenario.Fleet) (*soloCoster, error) {
 			return nil, fmt.Errorf("causal floor: %w", err)
 		}
 		cfg.MaxLoras = max(len(f.Adapters), 1)
+		cfg.SpeedFactor = sp.fastest(f, g)
 		e, err := engine.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("causal floor: %s: %w", g.GPU, err)

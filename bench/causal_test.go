@@ -32,11 +32,11 @@ func TestCausalFloorsWaitForTheFirstComputation(t *testing.T) {
 		req(2, 30*time.Second, 102),       // long after
 		{ID: 3, Arrival: 31 * time.Second, PromptTokens: 8, OutputTokens: 1, Session: -1}, // no full block
 	}}
-	floors, err := Floors(context.Background(), f, st)
+	floors, err := Floors(context.Background(), f, st, PodSpeeds{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	causal, err := CausalFloors(context.Background(), f, st, floors)
+	causal, err := CausalFloors(context.Background(), f, st, floors, PodSpeeds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +69,11 @@ func TestCausalFloorReport(t *testing.T) {
 	var sf, sc99 float64
 	for seed := base; seed < base+n; seed++ {
 		st := sc.Stream(uint64(seed))
-		floors, err := Floors(context.Background(), sc.Fleet, st)
+		floors, err := Floors(context.Background(), sc.Fleet, st, PodSpeeds{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors)
+		causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors, PodSpeeds{})
 		if err != nil {
 			t.Fatal(err)
 		}

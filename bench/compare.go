@@ -126,10 +126,11 @@ func (c Comparison) Run(ctx context.Context) (Outcome, error) {
 					continue
 				}
 				if j.pol < 0 {
-					f, err := Floors(ctx, c.Setup.Fleet, streams[j.seed])
+					sp := RunSpeeds(c.Options.Realism, c.Seeds[j.seed])
+					f, err := Floors(ctx, c.Setup.Fleet, streams[j.seed], sp)
 					floors[j.seed] = f
 					if err == nil {
-						causal[j.seed], err = CausalFloors(ctx, c.Setup.Fleet, streams[j.seed], f)
+						causal[j.seed], err = CausalFloors(ctx, c.Setup.Fleet, streams[j.seed], f, sp)
 					}
 					report1(err)
 					continue

@@ -31,12 +31,13 @@ func TestDiag(t *testing.T) {
 	}
 	seed, _ := strconv.ParseUint(parts[2], 10, 64)
 	sc, st := diagStream(t, parts[0], seed)
-	floors, err := Floors(context.Background(), sc.Fleet, st)
+	sp := RunSpeeds(nil, seed)
+	floors, err := Floors(context.Background(), sc.Fleet, st, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors)
+	causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors, sp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,14 +11,53 @@ import (
 	"github.com/infergate/infergate/sim/engine"
 )
 
+// PodSpeeds is how fast a run's pods are against nominal: the realism
+// knobs give pod number k of a run seeded with Seed the time factor
+// engine.PodSpeedFactor(Seed, k, Spread), uniform in [1−Spread, 1+Spread]
+// (pods numbered in fleet order, as the benchmark builds them). The zero
+// value is nominal speed.
+type PodSpeeds struct {
+	Seed   uint64
+	Spread float64
+}
+
+// RunSpeeds is the PodSpeeds of a benchmark run with realism r (nil: the
+// default) and seed.
+func RunSpeeds(r *Realism, seed uint64) PodSpeeds {
+	if r == nil {
+		d := DefaultRealism()
+		r = &d
+	}
+	return PodSpeeds{Seed: seed, Spread: r.Engine.PodSpread}
+}
+
+// fastest is the smallest time factor among f's pods of g's type (podTypes'
+// key), 1 at nominal speed. Step jitter is left at its mean of one.
+func (s PodSpeeds) fastest(f scenario.Fleet, g scenario.PodGroup) float64 {
+	best, pod := math.Inf(1), 0
+	for _, h := range f.Pods {
+		for range h.Count {
+			if podTypeKey(h) == podTypeKey(g) {
+				best = math.Min(best, engine.PodSpeedFactor(s.Seed, pod, s.Spread))
+			}
+			pod++
+		}
+	}
+	if math.IsInf(best, 1) {
+		return 1
+	}
+	return best
+}
+
 // Floors returns each request's no-queue TTFT floor in milliseconds: its
-// prefill alone on the fastest pod type that can serve it, with the best
-// cache it could have had. For each distinct pod type it replays the whole
+// prefill alone on the fastest pod that can serve it, with the best cache
+// it could have had. For each distinct pod type it replays the whole
 // stream one request at a time (each alone on the engine, one output
-// token) through the engine's own cost model, on an engine whose KV cache
+// token) through the engine's own cost model, at the speed of the type's
+// fastest pod (sp; step jitter at its mean), on an engine whose KV cache
 // never evicts, so a request finds cached every block of every earlier
 // prompt. NaN marks a request no pod type can serve.
-func Floors(ctx context.Context, f scenario.Fleet, stream workload.Stream) ([]float64, error) {
+func Floors(ctx context.Context, f scenario.Fleet, stream workload.Stream, sp PodSpeeds) ([]float64, error) {
 	floors := make([]float64, len(stream.Requests))
 	for i := range floors {
 		floors[i] = math.Inf(1)
@@ -47,6 +86,7 @@ func Floors(ctx context.Context, f scenario.Fleet, stream workload.Stream) ([]fl
 		cfg.MaxLoras = max(len(f.Adapters), 1)
 		cfg.NumBlocks = real.Stats().NumBlocks + len(distinct)
 		cfg.MaxModelLen = real.MaxModelLen()
+		cfg.SpeedFactor = sp.fastest(f, g)
 		e, err := engine.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("floor: %s: %w", g.GPU, err)
@@ -101,13 +141,17 @@ func podTypes(f scenario.Fleet) []scenario.PodGroup {
 	var out []scenario.PodGroup
 	seen := map[string]bool{}
 	for _, g := range f.Pods {
-		key := fmt.Sprintf("%s/%d/%d", g.GPU, g.TensorParallel, g.MaxNumSeqs)
+		key := podTypeKey(g)
 		if !seen[key] {
 			seen[key] = true
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+func podTypeKey(g scenario.PodGroup) string {
+	return fmt.Sprintf("%s/%d/%d", g.GPU, g.TensorParallel, g.MaxNumSeqs)
 }
 
 // MaxModelLen is the longest prompt plus output every pod of the fleet

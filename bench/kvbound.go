@@ -34,8 +34,8 @@ import (
 // already ≥ x are left to that floor's count. The residency ignores the
 // KV of running requests, shared prompts and copies on several pods,
 // which only lowers the bound.
-func KVBoundP99(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64) (float64, error) {
-	kb, err := fleetKVBound(ctx, f, stream, causal)
+func KVBoundP99(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64, sp PodSpeeds) (float64, error) {
+	kb, err := fleetKVBound(ctx, f, stream, causal, sp)
 	if err != nil {
 		return 0, err
 	}
@@ -44,7 +44,7 @@ func KVBoundP99(ctx context.Context, f scenario.Fleet, stream workload.Stream, c
 
 // fleetKVBound prepares KVBoundP99's argument for a fleet: its KV blocks
 // and each turn's prefill times alone on the fastest pod type.
-func fleetKVBound(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64) (*kvBound, error) {
+func fleetKVBound(ctx context.Context, f scenario.Fleet, stream workload.Stream, causal []float64, sp PodSpeeds) (*kvBound, error) {
 	if len(causal) != len(stream.Requests) {
 		return nil, fmt.Errorf("kv bound: %d floors for %d requests", len(causal), len(stream.Requests))
 	}
@@ -57,7 +57,7 @@ func fleetKVBound(ctx context.Context, f scenario.Fleet, stream workload.Stream,
 		}
 		blocks += e.Stats().NumBlocks * g.Count
 	}
-	c, err := newSoloCoster(f)
+	c, err := newSoloCoster(f, sp)
 	if err != nil {
 		return nil, err
 	}

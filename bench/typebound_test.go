@@ -58,7 +58,7 @@ func TestTypedQueueBoundMatchesPooled(t *testing.T) {
 		}
 		sc.Duration = 30 * time.Second
 		st := sc.Stream(201)
-		floors, err := Floors(context.Background(), sc.Fleet, st)
+		floors, err := Floors(context.Background(), sc.Fleet, st, PodSpeeds{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestTypedSoloBelowEngine(t *testing.T) {
 	for k, g := range podTypes(sc.Fleet) {
 		one := sc.Fleet
 		one.Pods = []scenario.PodGroup{g}
-		floors, err := Floors(context.Background(), one, st)
+		floors, err := Floors(context.Background(), one, st, PodSpeeds{})
 		if err != nil {
 			t.Fatal(err)
 		}

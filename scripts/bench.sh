@@ -191,9 +191,9 @@ replace_between "$README" glance "$TMP.readme"
 	echo "## Targets"
 	echo
 	echo "Reported, not asserted. Ratios are infergate's P99 TTFT over the baseline's (means over seeds). The"
-	echo "floor-bound ratio is the no-queue floor's P99 over the baseline's: no router can do better (beyond the few"
-	echo "percent the floor's nominal pod speed leaves to pods that run up to 3% faster), so a target below it cannot"
-	echo "be met in that scenario. Why targets are missed: [docs/benchmarks.md](docs/benchmarks.md#reading-the-results)."
+	echo "floor-bound ratio is the no-queue floor's P99 over the baseline's (the floor runs each pod type at its fastest"
+	echo "pod's speed, step jitter at its mean): no router can do better, so a target below it cannot be met in that"
+	echo "scenario. Why targets are missed: [docs/benchmarks.md](docs/benchmarks.md#reading-the-results)."
 	echo
 	"$BIN" bench --targets "$joined"
 	echo
