@@ -169,8 +169,9 @@ func TestQueueBoundP99AtLeastFloor(t *testing.T) {
 
 // TestQueueBoundReport prints, per seed, the P99 of Floors and of
 // CausalFloors, QueueBoundP99 and KVBoundP99. BOUND=scenario:seed-base:seeds, or
-// BOUND=path.jsonl:seed-base:seeds for the first 10 minutes of a trace on
-// the bench's default trace fleet (skipped when the file is absent), e.g.
+// BOUND=path.jsonl:seed-base:seeds (or .csv) for the first 10 minutes
+// (BOUNDDUR) of a trace on the bench's default trace fleet (skipped when
+// the file is absent), e.g.
 // BOUND=bursty-70b:201:5 go test ./bench -run TestQueueBoundReport -v.
 // BOUNDTARGET=ms also prints how much of the peak prefill rate the fleet
 // would have to lose on top of the decode charge for the decode bound to
@@ -180,7 +181,7 @@ func TestQueueBoundReport(t *testing.T) {
 	var name string
 	var fleet scenario.Fleet
 	var stream func(seed uint64) workload.Stream
-	if strings.HasSuffix(src, ".jsonl") {
+	if strings.HasSuffix(src, ".jsonl") || strings.HasSuffix(src, ".csv") {
 		if _, err := os.Stat(src); err != nil {
 			t.Skipf("trace: %v", err)
 		}
@@ -190,7 +191,13 @@ func TestQueueBoundReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := trace.Load(src, trace.Options{Duration: 10 * time.Minute, MaxTotalTokens: maxLen})
+		dur := 10 * time.Minute
+		if v := os.Getenv("BOUNDDUR"); v != "" {
+			if dur, err = time.ParseDuration(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := trace.Load(src, trace.Options{Duration: dur, MaxTotalTokens: maxLen})
 		if err != nil {
 			t.Fatal(err)
 		}
