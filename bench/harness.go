@@ -233,10 +233,10 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 		loop:    engine.NewLoop(),
 		viewIdx: map[*picker.Pod]int{},
 		views:   make([]*picker.Pod, 0, f.Size()),
-		tracker: picker.NewTracker(picker.TrackerOptions{}),
 		rng:     rand.New(rand.NewPCG(seed, 0x5eed)),
 		seed:    seed,
 	}
+	s.tracker = picker.NewTracker(s.trackerOptions())
 	if pol.NewRouter != nil && pol.Profile == nil {
 		s.router = pol.NewRouter()
 	}
@@ -336,6 +336,17 @@ func schedInput(w *workload.Request, model string, slo time.Duration, opts Optio
 	}
 	return pr, buf, nil
 }
+
+// trackerOptions are a router's Tracker options: the session memory's
+// clock reads the simulation's virtual time, so a run does not depend on
+// how long it takes.
+func (s *sim) trackerOptions() picker.TrackerOptions {
+	now := func() time.Time { return virtualEpoch.Add(s.loop.Now()) }
+	return picker.TrackerOptions{Sessions: picker.SessionOptions{Now: now}}
+}
+
+// virtualEpoch is time zero of a run, as a wall-clock time.
+var virtualEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // sessionKey is the key a chat client sends for conversation s: an opaque
 // conversation id, as a client would generate it.

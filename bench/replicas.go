@@ -91,7 +91,7 @@ func (s *sim) initReplicas(seed uint64) error {
 	for k := range r.N {
 		rt := &router{id: fmt.Sprintf("router-%d", k), tracker: s.tracker, sched: s.sched}
 		if k > 0 {
-			rt.tracker = picker.NewTracker(picker.TrackerOptions{})
+			rt.tracker = picker.NewTracker(s.trackerOptions())
 			if s.pol.Profile != nil {
 				h := fnv.New64a()
 				h.Write([]byte(s.pol.Name))
