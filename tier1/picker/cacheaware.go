@@ -103,7 +103,7 @@ type cacheAwareScorer struct {
 func (*cacheAwareScorer) Name() string { return ScorerCacheAwareTTFT }
 
 // ttftMs is the model above for one pod; waitMs is its queued part alone.
-func (s *cacheAwareScorer) ttftMs(p *Pod, uncached, perQueued float64, prior speedPrior) (ttft, waitMs float64) {
+func (s *cacheAwareScorer) ttftMs(p *Pod, uncached, perQueued float64, prior *speedPrior) (ttft, waitMs float64) {
 	speed := prior.of(p)
 	if s.chunk > 0 {
 		decode := float64(max(p.Metrics.Running, p.InFlight-p.InFlightPrefill, 0))
@@ -143,7 +143,7 @@ func (s *cacheAwareScorer) Score(cs *cycleState, req *Request, pods []*Pod, out 
 	holders := 0
 	bestHolder := math.Inf(1)
 	for i, p := range pods {
-		est, wait := s.ttftMs(p, uncachedTokens(req, matched, i), perQueued, prior)
+		est, wait := s.ttftMs(p, uncachedTokens(req, matched, i), perQueued, &prior)
 		out[i] = est
 		if matched != nil && matched[i] == longest && longest > 0 {
 			holders++

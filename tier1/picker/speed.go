@@ -1,33 +1,60 @@
 package picker
 
-import "strings"
+import "bytes"
 
 // gpuPeaks are vendor datasheet dense BF16 (FP16 for the T4) tensor peaks
 // in TFLOPS, most specific name first: "a100" before "a10", "l40s" before
 // "l4". The A10G's peak is not published; it is taken as the A10's.
 var gpuPeaks = []struct {
-	name string
+	name []byte
 	tf   float64
 }{
-	{"gh200", 989}, {"h200", 989}, {"h100-pcie", 756}, {"h100", 989}, {"h800", 989},
-	{"b200", 2250}, {"a100", 312}, {"a10g", 125}, {"a10", 125},
-	{"l40s", 362}, {"l40", 181}, {"l4", 121}, {"t4", 65},
+	{[]byte("gh200"), 989}, {[]byte("h200"), 989}, {[]byte("h100-pcie"), 756}, {[]byte("h100"), 989}, {[]byte("h800"), 989},
+	{[]byte("b200"), 2250}, {[]byte("a100"), 312}, {[]byte("a10g"), 125}, {[]byte("a10"), 125},
+	{[]byte("l40s"), 362}, {[]byte("l40"), 181}, {[]byte("l4"), 121}, {[]byte("t4"), 65},
 }
 
 // gpuPeak is the peak of the GPU a pod reports (infergate.io/gpu, or the
 // node's nvidia.com/gpu.product such as "NVIDIA-H100-80GB-HBM3"), 0 if
-// unknown.
+// unknown. It does not allocate: it runs for every candidate of a cycle.
 func gpuPeak(gpu string) float64 {
-	if gpu == "" {
-		return 0
+	var buf [64]byte
+	b := buf[:copy(buf[:], gpu)]
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
 	}
-	g := strings.ToLower(gpu)
 	for _, p := range gpuPeaks {
-		if strings.Contains(g, p.name) {
+		if bytes.Contains(b, p.name) {
 			return p.tf
 		}
 	}
 	return 0
+}
+
+// peakCache remembers the peaks of a cycle's few distinct GPU names.
+type peakCache struct {
+	names [4]string
+	peaks [4]float64
+	n     int
+}
+
+func (c *peakCache) peak(gpu string) float64 {
+	if gpu == "" {
+		return 0
+	}
+	for i := range c.n {
+		if c.names[i] == gpu {
+			return c.peaks[i]
+		}
+	}
+	v := gpuPeak(gpu)
+	if c.n < len(c.names) {
+		c.names[c.n], c.peaks[c.n] = gpu, v
+		c.n++
+	}
+	return v
 }
 
 // speedPrior is the prefill speed assumed for a pod that has not learned
@@ -46,6 +73,7 @@ type speedPrior struct {
 	perPeak float64 // learned tokens/s per peak TFLOPS over pods with a known GPU; 0 if none
 	learned bool
 	maxPeak float64 // the largest known peak among the candidates
+	peaks   peakCache
 }
 
 func newSpeedPrior(pods []*Pod, def float64) speedPrior {
@@ -53,7 +81,7 @@ func newSpeedPrior(pods []*Pod, def float64) speedPrior {
 	var known, knownPeak int
 	var s speedPrior
 	for _, p := range pods {
-		peak := gpuPeak(p.GPU)
+		peak := s.peaks.peak(p.GPU)
 		s.maxPeak = max(s.maxPeak, peak)
 		if v := p.PrefillTokensPerSec; v > 0 {
 			sum += v
@@ -75,11 +103,11 @@ func newSpeedPrior(pods []*Pod, def float64) speedPrior {
 }
 
 // of is p's learned speed, or the prior's guess for it.
-func (s speedPrior) of(p *Pod) float64 {
+func (s *speedPrior) of(p *Pod) float64 {
 	if v := p.PrefillTokensPerSec; v > 0 {
 		return v
 	}
-	peak := gpuPeak(p.GPU)
+	peak := s.peaks.peak(p.GPU)
 	switch {
 	case peak <= 0:
 		return s.mean

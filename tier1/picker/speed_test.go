@@ -75,3 +75,28 @@ func TestPredictedLatencyUsesGPUPrior(t *testing.T) {
 		t.Fatalf("scores %v: want the learned H100 first by far", got)
 	}
 }
+
+// BenchmarkSpeedPrior is the prior over 100 candidates named as NVIDIA's
+// GPU feature discovery names them, half learned.
+func BenchmarkSpeedPrior(b *testing.B) {
+	pods := make([]*Pod, 100)
+	for i := range pods {
+		name := "NVIDIA-H100-80GB-HBM3"
+		if i%2 == 1 {
+			name = "NVIDIA-A10G"
+		}
+		pods[i] = mkPod("p", gpu(name))
+		if i%4 < 2 {
+			pods[i].PrefillTokensPerSec = 10000
+		}
+	}
+	b.ReportAllocs()
+	var sum float64
+	for b.Loop() {
+		s := newSpeedPrior(pods, 8000)
+		for _, p := range pods {
+			sum += s.of(p)
+		}
+	}
+	_ = sum
+}
