@@ -12,18 +12,47 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 )
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that no earlier call in this test binary returned. The kernel may hand
+// a just-closed ephemeral port out again, and two services given the same
+// port fail to start (seen: two simulated fleets of one test).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testservice: free port: %v", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testservice: free port: %v", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if handOut(p) {
+			return p
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("testservice: no free port not handed out before")
+	return 0
+}
+
+// handedOut is every port FreePort and FreeClusterPort returned in this
+// test binary.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// handOut records p as handed out and reports whether it was new.
+func handOut(p int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[p] {
+		return false
+	}
+	handedOut.ports[p] = true
+	return true
 }
 
 // Binary finds an executable by name: first in the environment variable env
@@ -73,7 +102,9 @@ func FreeClusterPort(t testing.TB) int {
 			continue
 		}
 		_ = bus.Close()
-		return p
+		if handOut(p) && handOut(p+10000) {
+			return p
+		}
 	}
 	t.Fatal("testservice: no free port whose cluster bus port is free too")
 	return 0
