@@ -185,7 +185,7 @@ func TestQueueBoundReport(t *testing.T) {
 		if _, err := os.Stat(src); err != nil {
 			t.Skipf("trace: %v", err)
 		}
-		fleet = scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 4, TensorParallel: 1}, {GPU: "a10g", Count: 4, TensorParallel: 1}}}
+		fleet = scenario.DefaultTraceFleet()
 		fleet.SetDefaults()
 		maxLen, err := MaxModelLen(fleet)
 		if err != nil {

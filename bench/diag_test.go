@@ -181,7 +181,7 @@ func diagStream(t *testing.T, src string, seed uint64) (scenario.Scenario, workl
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := scenario.Scenario{Name: "trace", Drain: 10 * time.Minute, Fleet: scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 4, TensorParallel: 1}, {GPU: "a10g", Count: 4, TensorParallel: 1}}}}
+	sc := scenario.Scenario{Name: "trace", Drain: 10 * time.Minute, Fleet: scenario.DefaultTraceFleet()}
 	sc.Fleet.SetDefaults()
 	maxLen, err := MaxModelLen(sc.Fleet)
 	if err != nil {

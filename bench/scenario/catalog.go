@@ -311,3 +311,17 @@ func Get(name string) (Scenario, error) {
 	sort.Strings(names)
 	return Scenario{}, fmt.Errorf("unknown scenario %q (have %s)", name, strings.Join(names, ", "))
 }
+
+// DefaultTraceFleet serves trace runs without a fleet file (`infergate
+// bench --trace`, the DIAG and BOUND reports): the mixed-GPU Llama-3.1-8B
+// fleet, where routing matters most.
+func DefaultTraceFleet() Fleet {
+	return Fleet{
+		Model: "llama-3.1-8b",
+		Pods: []PodGroup{
+			{GPU: "h100", Count: 4, TensorParallel: 1},
+			{GPU: "a10g", Count: 4, TensorParallel: 1},
+		},
+		TTFTSLO: 2 * time.Second,
+	}
+}

@@ -19,19 +19,6 @@ import (
 	"github.com/infergate/infergate/bench/workload"
 )
 
-// defaultTraceFleet serves --trace runs without --fleet: the mixed-GPU
-// Llama-3.1-8B fleet, where routing matters most.
-func defaultTraceFleet() scenario.Fleet {
-	return scenario.Fleet{
-		Model: "llama-3.1-8b",
-		Pods: []scenario.PodGroup{
-			{GPU: "h100", Count: 4, TensorParallel: 1},
-			{GPU: "a10g", Count: 4, TensorParallel: 1},
-		},
-		TTFTSLO: 2 * time.Second,
-	}
-}
-
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -192,7 +179,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cmp.Setup = bench.Setup{Name: name, Fleet: f, Horizon: s.Duration + s.Drain}
 		cmp.Stream = func(seed uint64) (workload.Stream, error) { return s.Stream(seed), nil }
 	} else {
-		f := defaultTraceFleet()
+		f := scenario.DefaultTraceFleet()
 		if *fleetPath != "" {
 			var err error
 			if f, err = scenario.LoadFleet(*fleetPath); err != nil {
