@@ -170,7 +170,8 @@ func TestQueueBoundP99AtLeastFloor(t *testing.T) {
 // TestQueueBoundReport prints, per seed, the P99 of Floors and of
 // CausalFloors, QueueBoundP99 and KVBoundP99. BOUND=scenario:seed-base:seeds, or
 // BOUND=path.jsonl:seed-base:seeds (or .csv) for the first 10 minutes
-// (BOUNDDUR) of a trace on the bench's default trace fleet (skipped when
+// (BOUNDDUR; BOUNDSTART and BOUNDRATE choose a window and --rate-scale)
+// of a trace on the bench's default trace fleet (skipped when
 // the file is absent), e.g.
 // BOUND=bursty-70b:201:5 go test ./bench -run TestQueueBoundReport -v.
 // BOUNDTARGET=ms also prints how much of the peak prefill rate the fleet
@@ -197,7 +198,18 @@ func TestQueueBoundReport(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		st, err := trace.Load(src, trace.Options{Duration: dur, MaxTotalTokens: maxLen})
+		opts := trace.Options{Duration: dur, MaxTotalTokens: maxLen}
+		if v := os.Getenv("BOUNDSTART"); v != "" {
+			if opts.Start, err = time.ParseDuration(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v := os.Getenv("BOUNDRATE"); v != "" {
+			if opts.RateScale, err = strconv.ParseFloat(v, 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := trace.Load(src, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

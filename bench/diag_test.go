@@ -58,6 +58,7 @@ func TestDiag(t *testing.T) {
 	prefixOf := map[uint64]int{}
 	lastPod := map[int]int{}
 	prevPod := make([]int, len(st.Requests))
+	believed := make([]float64, len(st.Requests))
 	s.onDispatch = func(i, pod int, now time.Duration) {
 		e := s.pods[pod].eng.Stats()
 		r := &recs[i]
@@ -81,6 +82,18 @@ func TestDiag(t *testing.T) {
 			}
 			lastPod[ss] = pod
 		}
+		{
+			res := &s.result
+			for k, nm := range res.Scorers {
+				if nm == "prefix" {
+					for c, pp := range res.Candidates {
+						if pp.Name == s.pods[pod].view.Name {
+							believed[i] = res.Scores[k][c]
+						}
+					}
+				}
+			}
+		}
 		r.waitQ, r.runQ = e.Waiting, e.Running
 		r.kvu = int(e.KVUsage * 100)
 		r.infl = s.pods[pod].view.InFlight
@@ -103,6 +116,76 @@ func TestDiag(t *testing.T) {
 	out, err := s.run()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := os.Getenv("DIAGREQ"); want != "" {
+		for _, f := range strings.Split(want, ",") {
+			i, _ := strconv.Atoi(f)
+			hi := st.Requests[i].BlockHashes
+			for j := 0; j < i; j++ {
+				hj := st.Requests[j].BlockHashes
+				n := 0
+				for n < len(hi) && n < len(hj) && hi[n] == hj[n] {
+					n++
+				}
+				if n > 32 {
+					r := recs[j]
+					fmt.Printf("  req %d shares %d/%d blocks with earlier %d: arr %.2fs disp %.2fs pod %d ttft %dms prompt %d cached %d\n", i, n, len(hi), j, r.arr.Seconds(), r.disp.Seconds(), r.pod, r.ttft.Milliseconds(), r.prompt, r.cached)
+				}
+			}
+			r := recs[i]
+			fmt.Printf("  req %d: arr %.2fs disp %.2fs pod %d ttft %dms prompt %d cached %d\n", i, r.arr.Seconds(), r.disp.Seconds(), r.pod, r.ttft.Milliseconds(), r.prompt, r.cached)
+		}
+	}
+	if at := os.Getenv("DIAGAT"); at != "" {
+		for _, f := range strings.Split(at, ",") {
+			t0, _ := time.ParseDuration(f)
+			for _, r := range recs {
+				if r.arr >= t0-3*time.Second && r.arr <= t0+3*time.Second {
+					fmt.Printf("  at %v: i=%d arr %.2fs disp %.2fs pod %d ttft %dms floor %.0f prompt %d cached %d\n", t0, r.i, r.arr.Seconds(), r.disp.Seconds(), r.pod, r.ttft.Milliseconds(), r.floor, r.prompt, r.cached)
+				}
+			}
+		}
+	}
+	{
+		fh, fhTail := 0, 0
+		var ts []float64
+		for _, r := range recs {
+			ts = append(ts, float64(r.ttft.Milliseconds()))
+		}
+		sort.Float64s(ts)
+		p99 := ts[int(0.99*float64(len(ts)-1))]
+		for i, r := range recs {
+			if r.prompt > 0 && believed[i] >= 0.5 && float64(r.cached) < 0.2*float64(r.prompt) {
+				fh++
+				if float64(r.ttft.Milliseconds()) >= p99 {
+					fhTail++
+				}
+			}
+		}
+		fmt.Printf("false hits (prefix score >= 0.5 on the chosen pod, < 20%% cached): %d, %d of them at or above p99 %.0f\n", fh, fhTail, p99)
+	}
+	for _, cls := range []struct {
+		name string
+		keep func(w workload.Request) bool
+	}{
+		{"critical", func(w workload.Request) bool { return w.Priority > 0 }},
+		{"standard", func(w workload.Request) bool { return w.Priority == 0 && !w.Sheddable }},
+		{"sheddable", func(w workload.Request) bool { return w.Sheddable }},
+	} {
+		var a, f []float64
+		for i, r := range recs {
+			if cls.keep(st.Requests[i]) && r.ttft > 0 {
+				a = append(a, float64(r.ttft.Milliseconds()))
+				f = append(f, r.floor)
+			}
+		}
+		if len(a) == 0 {
+			continue
+		}
+		sort.Float64s(a)
+		sort.Float64s(f)
+		k := int(0.99 * float64(len(a)-1))
+		fmt.Printf("class %s: n=%d p99 %.0f floor p99 %.0f\n", cls.name, len(a), a[k], f[k])
 	}
 	below := 0
 	for _, r := range recs {
@@ -141,8 +224,8 @@ func TestDiag(t *testing.T) {
 	}
 	for _, i := range idx[:min(n, len(idx))] {
 		r := recs[i]
-		fmt.Printf("i=%4d arr=%7.2fs q=%5dms pod=%d ttft=%5dms floor=%5.0f causal=%5.0f prompt=%5d cached=%5d grp=%2d sess=%d prev=%d engW=%d engR=%d infl=%d kv=%d%%\n",
-			r.i, r.arr.Seconds(), (r.disp - r.arr).Milliseconds(), r.pod, r.ttft.Milliseconds(), r.floor, r.causal, r.prompt, r.cached, prefixOf[r.key], st.Requests[i].Session, prevPod[i], r.waitQ, r.runQ, r.infl, r.kvu)
+		fmt.Printf("i=%4d arr=%7.2fs q=%5dms pod=%d ttft=%5dms floor=%5.0f causal=%5.0f prompt=%5d cached=%5d grp=%2d sess=%d prev=%d engW=%d engR=%d infl=%d kv=%d%% prio=%d shed=%v\n",
+			r.i, r.arr.Seconds(), (r.disp - r.arr).Milliseconds(), r.pod, r.ttft.Milliseconds(), r.floor, r.causal, r.prompt, r.cached, prefixOf[r.key], st.Requests[i].Session, prevPod[i], r.waitQ, r.runQ, r.infl, r.kvu, st.Requests[i].Priority, st.Requests[i].Sheddable)
 	}
 	if os.Getenv("DIAGPOD") != "" {
 		// pod-by-prefix matrix
@@ -177,9 +260,23 @@ func diagStream(t *testing.T, src string, seed uint64) (scenario.Scenario, workl
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("trace: %v", err)
 	}
+	rate := 1.0
+	var err error
+	if a, r, ok := strings.Cut(at, "*"); ok {
+		at = a
+		if rate, err = strconv.ParseFloat(r, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start, err := time.ParseDuration(at)
 	if err != nil {
 		t.Fatal(err)
+	}
+	dur := 10 * time.Minute
+	if v := os.Getenv("DIAGDUR"); v != "" {
+		if dur, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sc := scenario.Scenario{Name: "trace", Drain: 10 * time.Minute, Fleet: scenario.DefaultTraceFleet()}
 	sc.Fleet.SetDefaults()
@@ -187,7 +284,7 @@ func diagStream(t *testing.T, src string, seed uint64) (scenario.Scenario, workl
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := trace.Load(path, trace.Options{Start: start, Duration: 10 * time.Minute, MaxTotalTokens: maxLen})
+	st, err := trace.Load(path, trace.Options{Start: start, Duration: dur, RateScale: rate, MaxTotalTokens: maxLen})
 	if err != nil {
 		t.Fatal(err)
 	}
