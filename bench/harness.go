@@ -252,7 +252,7 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 			}
 			s.loop.Add(e)
 			name := fmt.Sprintf("%s-tp%d-%d", g.GPU, max(g.TensorParallel, 1), len(s.pods))
-			v := &picker.Pod{Name: name, Address: name, BaseModel: f.Model, Engine: "vllm", GPU: g.GPU, Ready: true}
+			v := &picker.Pod{Name: name, Address: name, BaseModel: f.Model, Engine: "vllm", GPU: g.GPU, GPUs: max(g.TensorParallel, 1), Ready: true}
 			s.viewIdx[v] = len(s.pods)
 			s.views = append(s.views, v)
 			s.pods = append(s.pods, &podSim{eng: e, view: v})

@@ -187,7 +187,7 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, opts Options, log 
 			return info, fmt.Errorf("pod %s serves %q, which no pool of the cluster declares", p.Spec.Name, pc.ServedModelName)
 		}
 		cfg.Pods = append(cfg.Pods, gateway.PodConfig{Name: p.Spec.Name, Address: p.Addr, Pool: pool,
-			Engine: p.Spec.Engine, GPU: p.Spec.GPU})
+			Engine: p.Spec.Engine, GPU: p.Spec.GPU, GPUs: max(p.Spec.TP, 1)})
 		info.Pods = append(info.Pods, p.Spec.Name+" "+p.URL)
 	}
 	cfg.SetDefaults()

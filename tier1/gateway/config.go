@@ -190,12 +190,17 @@ type ModelConfig struct {
 
 // PodConfig is one model-server pod (static discovery).
 type PodConfig struct {
-	Name    string            `yaml:"name"`
-	Address string            `yaml:"address"` // host:port
-	Pool    string            `yaml:"pool"`
-	Engine  string            `yaml:"engine"` // vllm, vllm-legacy, sglang, tgi; "" detects
-	GPU     string            `yaml:"gpu"`
-	Labels  map[string]string `yaml:"labels"`
+	Name    string `yaml:"name"`
+	Address string `yaml:"address"` // host:port
+	Pool    string `yaml:"pool"`
+	Engine  string `yaml:"engine"` // vllm, vllm-legacy, sglang, tgi; "" detects
+	GPU     string `yaml:"gpu"`
+	// GPUs is how many GPUs the pod's engine runs on (tensor × pipeline
+	// parallel); 0 = unknown. With GPU it names the pod's hardware class,
+	// whose pods share a pooled prefill-speed estimate (the scheduler
+	// profile's speed_pooling).
+	GPUs   int               `yaml:"gpus"`
+	Labels map[string]string `yaml:"labels"`
 }
 
 // Defaults.
@@ -389,6 +394,9 @@ func (c *Config) Validate() error {
 		}
 		if p.Engine != "" && !isEngine(p.Engine) {
 			add("pod %q: unknown engine %q (known: %s, or empty to detect)", p.Name, p.Engine, strings.Join(scrape.Engines, ", "))
+		}
+		if p.GPUs < 0 {
+			add("pod %q: gpus %d is negative", p.Name, p.GPUs)
 		}
 	}
 	for i, src := range c.Kubernetes.Sources {

@@ -57,6 +57,7 @@ func TestValidate(t *testing.T) {
 		{"unknown pool", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: nope}\n", `unknown pool "nope"`},
 		{"bad address", base + "  - {name: p1, address: localhost, pool: llama}\n", "not host:port"},
 		{"bad engine", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: llama, engine: triton}\n", `unknown engine "triton"`},
+		{"negative gpus", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: llama, gpus: -1}\n", `gpus -1 is negative`},
 		{"duplicate pod", base + "  - {name: p0, address: \"127.0.0.1:1\", pool: llama}\n", `duplicate pod "p0"`},
 		{"adapter base unknown", base + "models: [{name: x-lora, base: nope}]\n", `base "nope"`},
 		{"bad scorer", base + "scheduler: {scorers: [{name: magic, weight: 1}]}\n", `unknown scorer "magic"`},

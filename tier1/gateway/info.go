@@ -79,6 +79,7 @@ type podDebug struct {
 	Model               string            `json:"model"`
 	Engine              string            `json:"engine"`
 	GPU                 string            `json:"gpu,omitempty"`
+	GPUs                int               `json:"gpus,omitempty"`
 	Labels              map[string]string `json:"labels,omitempty"`
 	Ready               bool              `json:"ready"`
 	Saturated           bool              `json:"saturated"`
@@ -112,7 +113,7 @@ func (g *Gateway) handleDebugPods(w http.ResponseWriter, r *http.Request, st *st
 			p := &cb.pods[i]
 			d := podDebug{
 				Name: rt.cfg.Name, Address: rt.cfg.Address, Pool: ps.cfg.Name, Model: ps.cfg.Model,
-				Engine: p.Engine, GPU: rt.cfg.GPU, Labels: rt.cfg.Labels, Ready: p.Ready,
+				Engine: p.Engine, GPU: rt.cfg.GPU, GPUs: rt.cfg.GPUs, Labels: rt.cfg.Labels, Ready: p.Ready,
 				Saturated: p.Ready && sat.Saturated(p), Metrics: p.Metrics, MetricsAgeMS: -1,
 				InFlight: p.InFlight, InFlightPrefill: p.InFlightPrefill, PrefillTokensPerSec: p.PrefillTokensPerSec,
 			}

@@ -192,6 +192,7 @@ func (g *Gateway) fillPod(p *picker.Pod, st *state, pool *poolState, rt *podRT, 
 		BaseModel:  pool.cfg.Model,
 		Engine:     rt.cfg.Engine,
 		GPU:        rt.cfg.GPU,
+		GPUs:       rt.cfg.GPUs,
 		Labels:     rt.cfg.Labels,
 		MetricsAge: time.Hour, // never scraped
 	}

@@ -9,7 +9,8 @@
 // Succeeded or Failed). Its engine, GPU and pool come from the labels (or
 // annotations) infergate.io/engine, infergate.io/gpu and infergate.io/pool;
 // the GPU falls back to the node's nvidia.com/gpu.product label when node
-// lookup is on, and the engine to what the pod's metrics reveal.
+// lookup is on, and the engine to what the pod's metrics reveal. Its GPU
+// count is its containers' nvidia.com/gpu limits.
 package kube
 
 import (
@@ -536,6 +537,7 @@ func (d *Discoverer) podConfig(ctx context.Context, pod *corev1.Pod, s selection
 		Pool:    pool,
 		Engine:  meta(pod, LabelEngine),
 		GPU:     meta(pod, LabelGPU),
+		GPUs:    gpusOf(pod),
 		Labels:  pod.Labels,
 	}
 	if pc.GPU == "" && d.cfg.NodeGPU && pod.Spec.NodeName != "" {
@@ -578,7 +580,26 @@ func (d *Discoverer) nodeGPUOf(ctx context.Context, node string) string {
 
 func podEqual(a, b gateway.PodConfig) bool {
 	return a.Name == b.Name && a.Address == b.Address && a.Pool == b.Pool &&
-		a.Engine == b.Engine && a.GPU == b.GPU && mapsEqual(a.Labels, b.Labels)
+		a.Engine == b.Engine && a.GPU == b.GPU && a.GPUs == b.GPUs && mapsEqual(a.Labels, b.Labels)
+}
+
+// ResourceGPU is the extended resource NVIDIA's device plugin schedules.
+const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+
+// gpusOf is how many GPUs the pod's containers are given (their
+// nvidia.com/gpu limits, else requests); 0 if none says.
+func gpusOf(pod *corev1.Pod) int {
+	n := int64(0)
+	for _, c := range pod.Spec.Containers {
+		q, ok := c.Resources.Limits[ResourceGPU]
+		if !ok {
+			q, ok = c.Resources.Requests[ResourceGPU]
+		}
+		if ok {
+			n += q.Value()
+		}
+	}
+	return int(n)
 }
 
 func mapsEqual(a, b map[string]string) bool {

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -137,12 +138,25 @@ func (c *cluster) startSimScaled(t testing.TB, name string, timeScale float64) *
 // ready, writes the status a kubelet would: Running, its IP, Ready.
 func (c *cluster) createPod(t testing.TB, ns, name, ip string, lbls map[string]string, ready bool) {
 	t.Helper()
+	c.createPodGPUs(t, ns, name, ip, lbls, ready, 0)
+}
+
+// createPodGPUs is createPod with a container limited to gpus NVIDIA GPUs
+// (none when 0).
+func (c *cluster) createPodGPUs(t testing.TB, ns, name, ip string, lbls map[string]string, ready bool, gpus int64) {
+	t.Helper()
 	ctx := context.Background()
+	ctr := corev1.Container{Name: "vllm", Image: "vllm/vllm-openai"}
+	if gpus > 0 {
+		q := *resource.NewQuantity(gpus, resource.DecimalSI)
+		ctr.Resources.Limits = corev1.ResourceList{kube.ResourceGPU: q}
+		ctr.Resources.Requests = corev1.ResourceList{kube.ResourceGPU: q}
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
 		Spec: corev1.PodSpec{
 			NodeName:   "node-1",
-			Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}},
+			Containers: []corev1.Container{ctr},
 		},
 	}
 	if _, err := c.admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -312,6 +326,7 @@ type debugPod struct {
 	Name    string `json:"name"`
 	Address string `json:"address"`
 	GPU     string `json:"gpu"`
+	GPUs    int    `json:"gpus"`
 	Engine  string `json:"engine"`
 	Ready   bool   `json:"ready"`
 }
@@ -392,14 +407,17 @@ func (c *cluster) testPodsJoinAndLeave(t *testing.T) {
 	}
 
 	// Created without status: no IP, not ready, not routable.
-	c.createPod(t, ns, "b", b.ip, map[string]string{"app": "vllm", kube.LabelEngine: "vllm", kube.LabelGPU: "a10g"}, false)
+	c.createPodGPUs(t, ns, "b", b.ip, map[string]string{"app": "vllm", kube.LabelEngine: "vllm", kube.LabelGPU: "a10g"}, false, 4)
 	time.Sleep(300 * time.Millisecond)
 	r.waitSet(t, "a")
 	c.setStatus(t, ns, "b", b.ip, true)
 	r.waitSet(t, "a", "b")
 	r.waitRoutable(t, "a", "b")
-	if p, _ := r.pod("b"); p.Engine != "vllm" || p.GPU != "a10g" {
-		t.Errorf("pod b labels not read: %+v", p)
+	if p, _ := r.pod("b"); p.Engine != "vllm" || p.GPU != "a10g" || p.GPUs != 4 {
+		t.Errorf("pod b labels or GPU limit not read: %+v", p)
+	}
+	if p, _ := r.pod("a"); p.GPUs != 0 {
+		t.Errorf("pod a without a GPU limit has %d GPUs", p.GPUs)
 	}
 
 	// Not ready: out at once.

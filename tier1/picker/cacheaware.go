@@ -42,6 +42,7 @@ var cacheAwareSpec = scorerSpec{
 			spill:          clamp01(bc.params[ParamSpillScore]),
 			minBlocks:      int(bc.params[ParamMinPrefixBlocks]),
 			decodeWeight:   bc.params[ParamDecodeWeight],
+			speedPool:      bc.cfg.SpeedPooling,
 		}
 	},
 }
@@ -98,6 +99,7 @@ type cacheAwareScorer struct {
 	spill          float64
 	minBlocks      int
 	decodeWeight   float64
+	speedPool      float64 // ProfileConfig.SpeedPooling
 }
 
 func (*cacheAwareScorer) Name() string { return ScorerCacheAwareTTFT }
@@ -127,7 +129,7 @@ func (s *cacheAwareScorer) Score(cs *cycleState, req *Request, pods []*Pod, out 
 	if def <= 0 {
 		def = defaultPrefillSpeed
 	}
-	prior := newSpeedPrior(pods, def)
+	prior := newSpeedPrior(pods, def, s.speedPool)
 	prompt := float64(max(req.PromptTokens, 0))
 	perQueued := s.queuedTokens
 	if perQueued <= 0 {

@@ -15,13 +15,14 @@ func TestBusy(t *testing.T) {
 		name  string
 		det   SaturationDetector
 		pod   *Pod
-		speed float64 // the candidates' mean, for pods without their own
+		speed float64 // the scheduler's estimate for the pod; 0: its own learned speed
 		want  bool
 	}{
 		{"off", SaturationDetector{}, mkPod("a", prefill(10000), uncachedQueued(1e6)), 0, false},
 		{"under the wait", d, mkPod("a", prefill(10000), uncachedQueued(3999)), 0, false},
 		{"at the wait", d, mkPod("a", prefill(10000), uncachedQueued(4000)), 0, true},
-		{"own speed wins over the mean", d, mkPod("a", prefill(20000), uncachedQueued(5000)), 10000, false},
+		{"the given speed wins over the pod's own", d, mkPod("a", prefill(20000), uncachedQueued(5000)), 10000, true},
+		{"own speed when none is given", d, mkPod("a", prefill(20000), uncachedQueued(5000)), 0, false},
 		{"mean speed when unlearned", d, mkPod("a", uncachedQueued(5000)), 10000, true},
 		{"no speed known: never busy", d, mkPod("a", uncachedQueued(1e6)), 0, false},
 		{"scraped queue alone is not prefill", d, mkPod("a", prefill(10000), waiting(4)), 0, false},

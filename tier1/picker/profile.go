@@ -86,6 +86,13 @@ type ProfileConfig struct {
 	MaxRanked  int              `yaml:"max_ranked"`  // len(Result.Ranked) cap; 0 = 5, <0 = all
 	Saturation SaturationConfig `yaml:"saturation"`
 	WaitOrder  WaitOrderConfig  `yaml:"wait_order"`
+	// SpeedPooling (0..1) is the weight of a pod's hardware class in its
+	// learned prefill speed: pods with the same GPU and GPUs per pod (both
+	// known) use (1−w)·own + w·class mean, so that estimation noise does
+	// not make one of several identical pods look twice as fast. 0 keeps
+	// each pod's own speed; 1 gives the class one speed, hiding a pod
+	// that is really slower. The default profile's is DefaultSpeedPooling.
+	SpeedPooling float64 `yaml:"speed_pooling"`
 }
 
 // Default values of ProfileConfig fields.
@@ -99,6 +106,10 @@ const (
 	// chosen with the routing benchmark on its training seeds
 	// (docs/benchmarks.md, "Admission order and holding").
 	DefaultPrefillWait = 250 * time.Millisecond
+	// DefaultSpeedPooling is the default profile's speed_pooling, chosen
+	// with the routing benchmark on its training seeds (docs/benchmarks.md,
+	// "Pooled prefill speeds").
+	DefaultSpeedPooling = 0.5
 )
 
 // DefaultProfile is infergate's default: every filter, GIE's three scorers
@@ -123,10 +134,11 @@ func DefaultProfile() ProfileConfig {
 			{Name: ScorerLoRAAffinity, Weight: 4},
 			{Name: ScorerPredictedLatency, Weight: 5},
 		},
-		Picker:     PickerMaxScore,
-		StaleAfter: DefaultStaleAfter,
-		MaxRanked:  DefaultMaxRanked,
-		Saturation: SaturationConfig{QueueThreshold: DefaultQueueThreshold, KVThreshold: DefaultKVThreshold, PrefillWait: DefaultPrefillWait},
+		Picker:       PickerMaxScore,
+		StaleAfter:   DefaultStaleAfter,
+		MaxRanked:    DefaultMaxRanked,
+		Saturation:   SaturationConfig{QueueThreshold: DefaultQueueThreshold, KVThreshold: DefaultKVThreshold, PrefillWait: DefaultPrefillWait},
+		SpeedPooling: DefaultSpeedPooling,
 	}
 }
 
@@ -282,6 +294,9 @@ func (c *ProfileConfig) Validate() error {
 	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 {
 		errs = append(errs, errors.New("saturation thresholds must not be negative"))
 	}
+	if !(c.SpeedPooling >= 0 && c.SpeedPooling <= 1) {
+		errs = append(errs, fmt.Errorf("speed_pooling %v must be in [0, 1]", c.SpeedPooling))
+	}
 	if !(c.WaitOrder.ShortestPrefill >= 0) {
 		errs = append(errs, fmt.Errorf("wait_order.shortest_prefill %v must be ≥ 0", c.WaitOrder.ShortestPrefill))
 	}
@@ -299,6 +314,8 @@ type profileOverlay struct {
 	MaxRanked  *int               `yaml:"max_ranked"`
 	Saturation *saturationOverlay `yaml:"saturation"`
 	WaitOrder  *WaitOrderConfig   `yaml:"wait_order"`
+	// SpeedPooling is a pointer so that 0 turns the default's pooling off.
+	SpeedPooling *float64 `yaml:"speed_pooling"`
 }
 
 // saturationOverlay is SaturationConfig's YAML shape: prefill_wait is a
@@ -366,6 +383,9 @@ func (c *ProfileConfig) UnmarshalYAML(n *yaml.Node) error {
 		if o.Saturation.PrefillWait != nil {
 			base.Saturation.PrefillWait = *o.Saturation.PrefillWait
 		}
+	}
+	if o.SpeedPooling != nil {
+		base.SpeedPooling = *o.SpeedPooling
 	}
 	if o.WaitOrder != nil {
 		base.WaitOrder = *o.WaitOrder

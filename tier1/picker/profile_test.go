@@ -74,6 +74,22 @@ saturation: {queue_threshold: 8}
 		{name: "unknown key", in: "scorer: []\n", wantErr: "field scorer not found"},
 		{name: "unknown base", in: "base: sglang\n", wantErr: `unknown base "sglang"`},
 		{name: "negative weight", in: "scorers:\n  - name: queue\n    weight: -1\n", wantErr: "negative"},
+		{name: "speed pooling by default", in: "", check: func(t *testing.T, c ProfileConfig) {
+			if c.SpeedPooling != DefaultSpeedPooling {
+				t.Errorf("speed_pooling %v", c.SpeedPooling)
+			}
+		}},
+		{name: "speed pooling off", in: "speed_pooling: 0\n", check: func(t *testing.T, c ProfileConfig) {
+			if c.SpeedPooling != 0 {
+				t.Errorf("speed_pooling %v", c.SpeedPooling)
+			}
+		}},
+		{name: "gie base does not pool", in: "base: gie\n", check: func(t *testing.T, c ProfileConfig) {
+			if c.SpeedPooling != 0 {
+				t.Errorf("speed_pooling %v", c.SpeedPooling)
+			}
+		}},
+		{name: "speed pooling above 1", in: "speed_pooling: 1.5\n", wantErr: "speed_pooling 1.5 must be in [0, 1]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,8 +49,9 @@ func (d SaturationDetector) Saturated(p *Pod) bool {
 
 // Busy reports whether the prefill queued on p reaches PrefillWait: the
 // router's in-flight uncached prompt tokens (its own and its peers') at
-// speed tokens per second, which is p's learned PrefillTokensPerSec when
-// known. A busy pod still takes work; when every candidate is busy the
+// speed tokens per second (the scheduler's estimate for p: its learned
+// speed pooled with its class, or the prior's guess), else at p's learned
+// PrefillTokensPerSec. A busy pod still takes work; when every candidate is busy the
 // scheduler says so (ErrBusy) and the caller holds the request, so that it
 // chooses the order in which held requests reach the pods (the engine
 // serves what it was sent first come, first served). Off (false) when
@@ -59,7 +60,7 @@ func (d SaturationDetector) Busy(p *Pod, speed float64) bool {
 	if d.PrefillWait <= 0 {
 		return false
 	}
-	if p.PrefillTokensPerSec > 0 {
+	if !(speed > 0) {
 		speed = p.PrefillTokensPerSec
 	}
 	if !(speed > 0) {

@@ -268,7 +268,7 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	// multi-turn chat (turns sent away from their cached history).
 	var prior speedPrior // for pods without a learned speed; none known: not busy
 	if p.sat.PrefillWait > 0 {
-		prior = newSpeedPrior(cands, 0)
+		prior = newSpeedPrior(cands, 0, p.cfg.SpeedPooling)
 	}
 	busy := false
 	for _, pod := range cands {
@@ -301,7 +301,7 @@ func (s *Scheduler) PrefillTime(req *Request, pods []*Pod) time.Duration {
 	if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
 		matched = (&cycleState{}).prefixMatch(s.opts.Tracker, req, pods)
 	}
-	prior := newSpeedPrior(pods, defaultPrefillSpeed)
+	prior := newSpeedPrior(pods, defaultPrefillSpeed, s.prof.Load().cfg.SpeedPooling)
 	best := math.Inf(1)
 	for i, p := range pods {
 		best = min(best, uncachedTokens(req, matched, i)/prior.of(p))

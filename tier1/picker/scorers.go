@@ -76,6 +76,7 @@ var scorerSpecs = map[string]scorerSpec{
 				overhead:       bc.params[ParamOverheadMs] / 1000,
 				missScore:      bc.params[ParamSLOMissScore],
 				queuedTokens:   bc.params[ParamQueuedPromptTok],
+				speedPool:      bc.cfg.SpeedPooling,
 			}
 		},
 	},
@@ -299,6 +300,7 @@ type latencyScorer struct {
 	overhead       float64 // seconds
 	missScore      float64
 	queuedTokens   float64
+	speedPool      float64 // ProfileConfig.SpeedPooling
 }
 
 func (*latencyScorer) Name() string { return ScorerPredictedLatency }
@@ -308,7 +310,7 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 	if n := len(req.BlockHashes); n > 0 && s.tracker != nil {
 		matched = cs.prefixMatch(s.tracker, req, pods)
 	}
-	prior := newSpeedPrior(pods, s.defaultPrefill)
+	prior := newSpeedPrior(pods, s.defaultPrefill, s.speedPool)
 	perQueued := s.queuedTokens
 	if perQueued <= 0 {
 		perQueued = float64(max(req.PromptTokens, 1))

@@ -68,22 +68,69 @@ func (c *peakCache) peak(gpu string) float64 {
 // GPUs until the pods' own speeds are known; a pod's tensor parallelism
 // is not known here, so a pool mixing TP degrees on one GPU type is
 // ranked as if it did not.
+//
+// A learned speed is also pooled with its hardware class (ProfileConfig's
+// speed_pooling): the learned speeds of identical pods (same GPU, same
+// GPUs per pod) differ by up to 2x in the routing benchmark, where the
+// pods differ by 3%, because each is a regression on few, noisy TTFTs, and
+// the scorers then pile work on the pod that happens to look fastest.
 type speedPrior struct {
 	mean    float64 // learned mean, or the default when none is learned
 	perPeak float64 // learned tokens/s per peak TFLOPS over pods with a known GPU; 0 if none
 	learned bool
 	maxPeak float64 // the largest known peak among the candidates
 	peaks   peakCache
+	pool    float64 // weight of the class mean in a learned speed, 0..1
+	classes speedClasses
 }
 
-func newSpeedPrior(pods []*Pod, def float64) speedPrior {
+// speedClasses sums one cycle's learned speeds per hardware class (GPU
+// name and GPUs per pod, both known), for its first few classes; pods of
+// further classes keep their own speeds.
+type speedClasses struct {
+	gpu  [8]string
+	gpus [8]int
+	sum  [8]float64
+	n    [8]int
+	len  int
+}
+
+// find returns p's class slot, adding it when add is set and there is
+// room; -1 if p has no class or no slot.
+func (c *speedClasses) find(p *Pod, add bool) int {
+	if p.GPU == "" || p.GPUs <= 0 {
+		return -1
+	}
+	for i := range c.len {
+		if c.gpus[i] == p.GPUs && c.gpu[i] == p.GPU {
+			return i
+		}
+	}
+	if !add || c.len == len(c.gpu) {
+		return -1
+	}
+	i := c.len
+	c.gpu[i], c.gpus[i] = p.GPU, p.GPUs
+	c.len++
+	return i
+}
+
+// newSpeedPrior is the prior over one cycle's candidates, def the speed
+// assumed when nothing is learned and pool the class-pooling weight.
+func newSpeedPrior(pods []*Pod, def, pool float64) speedPrior {
 	var sum, perPeak float64
 	var known, knownPeak int
-	var s speedPrior
+	s := speedPrior{pool: clamp01(pool)}
 	for _, p := range pods {
 		peak := s.peaks.peak(p.GPU)
 		s.maxPeak = max(s.maxPeak, peak)
 		if v := p.PrefillTokensPerSec; v > 0 {
+			if s.pool > 0 {
+				if k := s.classes.find(p, true); k >= 0 {
+					s.classes.sum[k] += v
+					s.classes.n[k]++
+				}
+			}
 			sum += v
 			known++
 			if peak > 0 {
@@ -102,9 +149,15 @@ func newSpeedPrior(pods []*Pod, def float64) speedPrior {
 	return s
 }
 
-// of is p's learned speed, or the prior's guess for it.
+// of is p's learned speed (pooled with its class's mean when at least two
+// of the class have learned one), or the prior's guess for it.
 func (s *speedPrior) of(p *Pod) float64 {
 	if v := p.PrefillTokensPerSec; v > 0 {
+		if s.pool > 0 {
+			if k := s.classes.find(p, false); k >= 0 && s.classes.n[k] >= 2 {
+				return (1-s.pool)*v + s.pool*s.classes.sum[k]/float64(s.classes.n[k])
+			}
+		}
 		return v
 	}
 	peak := s.peaks.peak(p.GPU)

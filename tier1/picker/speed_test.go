@@ -52,13 +52,75 @@ func TestSpeedPrior(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSpeedPrior(tt.pods, tt.def)
+			s := newSpeedPrior(tt.pods, tt.def, 0)
 			for i, p := range tt.pods {
 				if got := s.of(p); math.Abs(got-tt.want[i]) > 1e-6 {
 					t.Errorf("pod %s: %v, want %v", p.Name, got, tt.want[i])
 				}
 			}
 		})
+	}
+}
+
+func gpus(n int) func(*Pod) { return func(p *Pod) { p.GPUs = n } }
+
+func TestSpeedPooling(t *testing.T) {
+	h1 := func(name string, mods ...func(*Pod)) *Pod {
+		return mkPod(name, append([]func(*Pod){gpu("h100"), gpus(1)}, mods...)...)
+	}
+	tests := []struct {
+		name string
+		pods []*Pod
+		pool float64
+		want []float64
+	}{
+		{"off: own speeds", []*Pod{h1("a", prefill(10000)), h1("b", prefill(30000))}, 0, []float64{10000, 30000}},
+		{"half way to the class mean", []*Pod{h1("a", prefill(10000)), h1("b", prefill(30000))}, 0.5, []float64{15000, 25000}},
+		{"one speed per class", []*Pod{h1("a", prefill(10000)), h1("b", prefill(30000))}, 1, []float64{20000, 20000}},
+		{"another GPU count is another class", []*Pod{h1("a", prefill(10000)), mkPod("b", gpu("h100"), gpus(2), prefill(30000))}, 1, []float64{10000, 30000}},
+		{"unknown GPU count: own speed", []*Pod{mkPod("a", gpu("h100"), prefill(10000)), mkPod("b", gpu("h100"), prefill(30000))}, 1, []float64{10000, 30000}},
+		{"a class of one learned pod keeps it", []*Pod{h1("a", prefill(10000)), h1("b"), mkPod("c", gpu("a10g"), gpus(1), prefill(3000))}, 1,
+			[]float64{10000, (10000.0/989 + 3000.0/125) / 2 * 989, 3000}}, // b: the GPU prior, as without pooling
+		{"classes pool apart", []*Pod{h1("a", prefill(10000)), h1("b", prefill(30000)), mkPod("c", gpu("a10g"), gpus(1), prefill(2000)), mkPod("d", gpu("a10g"), gpus(1), prefill(4000))}, 0.5,
+			[]float64{15000, 25000, 2500, 3500}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSpeedPrior(tt.pods, 8000, tt.pool)
+			for i, p := range tt.pods {
+				if got := s.of(p); math.Abs(got-tt.want[i]) > 1e-6 {
+					t.Errorf("pod %s: %v, want %v", p.Name, got, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestSpeedPoolingSpreadsIdenticalPods: of two identical pods, the one whose
+// noisy estimate says it is three times as fast no longer takes a request
+// behind three times the queue. Without pooling it does.
+func TestSpeedPoolingSpreadsIdenticalPods(t *testing.T) {
+	mk := func() []*Pod {
+		return []*Pod{
+			mkPod("looks-fast", gpu("h100"), gpus(1), prefill(60000), queued(9000)),
+			mkPod("looks-slow", gpu("h100"), gpus(1), prefill(20000), queued(3000)),
+		}
+	}
+	req := &Request{Model: "llama", PromptTokens: 1000}
+	for _, tt := range []struct {
+		pool float64
+		want string
+	}{{0, "looks-fast"}, {DefaultSpeedPooling, "looks-slow"}} {
+		cfg := DefaultProfile()
+		cfg.SpeedPooling = tt.pool
+		s := mustScheduler(t, cfg, Options{Tracker: NewTracker(TrackerOptions{}), Rand: seeded(1)})
+		res, err := s.Schedule(req, mk())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Ranked[0].Name; got != tt.want {
+			t.Errorf("speed_pooling %v: picked %s, want %s (scores %v)", tt.pool, got, tt.want, res.Total)
+		}
 	}
 }
 
@@ -76,7 +138,7 @@ func TestPredictedLatencyUsesGPUPrior(t *testing.T) {
 	}
 }
 
-// BenchmarkSpeedPrior is the prior over 100 candidates named as NVIDIA's
+// BenchmarkSpeedPrior is the prior (pooled by class) over 100 candidates named as NVIDIA's
 // GPU feature discovery names them, half learned.
 func BenchmarkSpeedPrior(b *testing.B) {
 	pods := make([]*Pod, 100)
@@ -85,7 +147,7 @@ func BenchmarkSpeedPrior(b *testing.B) {
 		if i%2 == 1 {
 			name = "NVIDIA-A10G"
 		}
-		pods[i] = mkPod("p", gpu(name))
+		pods[i] = mkPod("p", gpu(name), gpus(1))
 		if i%4 < 2 {
 			pods[i].PrefillTokensPerSec = 10000
 		}
@@ -93,7 +155,7 @@ func BenchmarkSpeedPrior(b *testing.B) {
 	b.ReportAllocs()
 	var sum float64
 	for b.Loop() {
-		s := newSpeedPrior(pods, 8000)
+		s := newSpeedPrior(pods, 8000, DefaultSpeedPooling)
 		for _, p := range pods {
 			sum += s.of(p)
 		}

@@ -95,6 +95,7 @@ type Pod struct {
 	BaseModel  string
 	Engine     string // vllm, vllm-legacy, sglang, tgi
 	GPU        string // h100, a10g, ...
+	GPUs       int    // GPUs per pod (tensor × pipeline parallel); 0 = unknown
 	Labels     map[string]string
 	Ready      bool
 	MetricsAge time.Duration // time since the last successful scrape
