@@ -350,3 +350,58 @@ func (b *boundInput) slow(x float64) int {
 	}
 	return certain + best[m]
 }
+
+// greedySlow counts the late requests (TTFT ≥ x) of one schedule on the
+// pooled fleet the capacity bound reasons about: one machine doing rate
+// seconds of work per second, serving requests first come, first served
+// (their deadlines, arrival + x, come in the same order), and, whenever
+// the newest request would be late, dropping the largest request of the
+// current busy period (Moore and Hodgson's rule, with release times);
+// requests whose causal floor is ≥ x are late anyway. The schedule is
+// feasible, so the pooled optimum has at most this many late requests and
+// slow(x), a lower bound on it, must never exceed it. Where the two are
+// equal slow(x) is the pooled optimum itself: no argument that treats the
+// fleet as one machine can raise the bound. Decode is not charged.
+func (b *boundInput) greedySlow(x float64) int {
+	late := 0
+	type job struct {
+		at, secs float64
+		in       bool
+	}
+	var period []job // the current busy period's requests
+	end := math.Inf(-1)
+	for i := range b.arrival {
+		switch {
+		case math.IsNaN(b.floor[i]):
+			continue
+		case b.floor[i] >= x:
+			late++
+			continue
+		}
+		a := b.arrival[i]
+		if a >= end {
+			period, end = period[:0], a
+		}
+		w := b.work(i, x) / b.cap.rate
+		period = append(period, job{a, w, true})
+		end += w
+		if end <= a+x {
+			continue
+		}
+		k := -1
+		for j := range period {
+			if period[j].in && (k < 0 || period[j].secs > period[k].secs) {
+				k = j
+			}
+		}
+		period[k].in = false
+		late++
+		end = period[0].at
+		for _, j := range period {
+			if j.in {
+				end = math.Max(end, j.at) + j.secs
+			}
+		}
+	}
+	return late
+}

@@ -37,6 +37,55 @@ func burst(n int, at float64) []float64 {
 	return a
 }
 
+// TestQueueBoundBelowGreedySchedule checks the capacity bound against a
+// schedule that exists: the pooled fleet's first-come-first-served
+// schedule that drops the largest request of a busy period whenever one
+// would be late (greedySlow). The bound counts requests that are late in
+// every schedule, so it must never count more than that one has.
+func TestQueueBoundBelowGreedySchedule(t *testing.T) {
+	for _, tc := range []struct {
+		arrivals []float64
+		rate     float64
+	}{
+		{burst(100, 0), 1},
+		{burst(100, 0), 2},
+		{append(burst(100, 0), burst(30, 40)...), 1.5},
+	} {
+		b := unitBound(tc.arrivals, tc.rate)
+		for _, x := range []float64{1, 2, 10, 49.5, 60, 99} {
+			if s, g := b.slow(x), b.greedySlow(x); s > g {
+				t.Errorf("hand case %d requests, rate %v, x %v: bound counts %d late, a schedule has %d", len(tc.arrivals), tc.rate, x, s, g)
+			}
+		}
+	}
+	for _, name := range []string{"bursty-70b", "priority-mix-8b", "shared-prefix-8b"} {
+		sc, err := scenario.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const seed = 7
+		st := sc.Stream(seed)
+		sp := RunSpeeds(nil, seed)
+		floors, err := Floors(context.Background(), sc.Fleet, st, sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors, sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := newFleetBound(context.Background(), "test", sc.Fleet, st, causal, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range []float64{0.2, 0.4, 0.8, 1.6, 3.2} {
+			if s, g := b.slow(x), b.greedySlow(x); s > g {
+				t.Errorf("%s x %v s: bound counts %d late, a schedule has %d", name, x, s, g)
+			}
+		}
+	}
+}
+
 // Hand-computed cases. P99 here is s[lo] + f·(s[lo+1] − s[lo]) over the
 // sorted TTFTs. 100 one-second requests at once on one pod: at most ⌊x⌋
 // can finish within x, so s[98] ≥ 99 s (two slow) and s[99] ≥ 100 s: the
@@ -237,6 +286,11 @@ func TestQueueBoundReport(t *testing.T) {
 		b, err := QueueBoundP99(context.Background(), fleet, st, causal, uint64(seed))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if gb, err := newFleetBound(context.Background(), "greedy", fleet, st, causal, uint64(seed)); err == nil {
+			// The pooled optimum's P99 lies between the bound and this.
+			fmt.Printf("%s seed %d: queue bound p99 %.1f ms; a pooled first-come-first-served schedule dropping the largest (greedySlow) has p99 %.1f ms\n",
+				name, seed, b, p99Bound(gb.floor, gb.greedySlow))
 		}
 		db, err := DecodeBoundP99(context.Background(), fleet, st, causal, uint64(seed))
 		if err != nil {
