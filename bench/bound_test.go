@@ -65,15 +65,7 @@ func TestQueueBoundBelowGreedySchedule(t *testing.T) {
 		}
 		const seed = 7
 		st := sc.Stream(seed)
-		sp := RunSpeeds(nil, seed)
-		floors, err := Floors(context.Background(), sc.Fleet, st, sp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors, sp)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, causal := runFloors(t, sc.Fleet, st, seed)
 		b, err := newFleetBound(context.Background(), "test", sc.Fleet, st, causal, seed)
 		if err != nil {
 			t.Fatal(err)
@@ -275,14 +267,7 @@ func TestQueueBoundReport(t *testing.T) {
 		st := stream(uint64(seed))
 		// Even a trace's floors depend on the seed: it sets the pods' speeds.
 		sp := RunSpeeds(nil, uint64(seed))
-		floors, err := Floors(context.Background(), fleet, st, sp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		causal, err := CausalFloors(context.Background(), fleet, st, floors, sp)
-		if err != nil {
-			t.Fatal(err)
-		}
+		floors, causal := runFloors(t, fleet, st, uint64(seed))
 		b, err := QueueBoundP99(context.Background(), fleet, st, causal, uint64(seed))
 		if err != nil {
 			t.Fatal(err)

@@ -122,3 +122,19 @@ func seedsSpec(t *testing.T, env string) (name string, base, n int) {
 	n, _ = strconv.Atoi(parts[2])
 	return parts[0], base, n
 }
+
+// runFloors is st's floors and causal floors at the pod speeds the run of
+// seed draws (RunSpeeds with the default realism).
+func runFloors(t testing.TB, f scenario.Fleet, st workload.Stream, seed uint64) (floors, causal []float64) {
+	t.Helper()
+	sp := RunSpeeds(nil, seed)
+	floors, err := Floors(context.Background(), f, st, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	causal, err = CausalFloors(context.Background(), f, st, floors, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return floors, causal
+}

@@ -202,15 +202,7 @@ func TestDecodeBoundBelowRuns(t *testing.T) {
 func checkDecodeBound(t *testing.T, sc scenario.Scenario, seed uint64, policies []string) {
 	t.Helper()
 	st := sc.Stream(seed)
-	sp := RunSpeeds(nil, seed)
-	floors, err := Floors(context.Background(), sc.Fleet, st, sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	causal, err := CausalFloors(context.Background(), sc.Fleet, st, floors, sp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, causal := runFloors(t, sc.Fleet, st, seed)
 	qb, err := QueueBoundP99(context.Background(), sc.Fleet, st, causal, seed)
 	if err != nil {
 		t.Fatal(err)
