@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 type simPod struct {
 	name string
 	gpu  string
+	gpus int // pods[].gpus; 0: unset
 	cfg  server.Config
 	pod  *server.Pod
 	once sync.Once
@@ -65,7 +67,7 @@ func newSimEnv(t *testing.T, pods []simPod, extra string) *simEnv {
 		sp.pod = p
 		t.Cleanup(sp.close)
 		se.sims[sp.name] = sp
-		fmt.Fprintf(&b, "  - {name: %s, address: %q, pool: llama, gpu: %s}\n", sp.name, p.Addr, sp.cfg.GPU)
+		fmt.Fprintf(&b, "  - {name: %s, address: %q, pool: llama, gpu: %s, gpus: %d}\n", sp.name, p.Addr, sp.cfg.GPU, sp.gpus)
 	}
 	var cfg Config
 	if err := config.Decode("e2e.yaml", []byte(b.String()), &cfg); err != nil {
@@ -399,6 +401,63 @@ func TestE2EEngineDetectionAndMissingMetrics(t *testing.T) {
 		if r := se.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model":"llama-3.1-8b","max_tokens":2,"prompt":"p%d"}`, i), nil); r.status != 200 {
 			t.Errorf("status %d %s", r.status, r.body)
 		}
+	}
+}
+
+// Pods of one hardware class (GPU × GPUs per pod) report the prefill speed
+// the scheduler uses for them: their learned speeds pooled halfway to the
+// class mean (the default speed_pooling). Two simulated H100 pods learn
+// from real first tokens; a third of another class keeps its own.
+func TestE2EPooledPrefillSpeeds(t *testing.T) {
+	se := newSimEnv(t, []simPod{
+		{name: "h100-a", gpu: "h100", gpus: 1, cfg: server.Config{TimeScale: 0.05}},
+		{name: "h100-b", gpu: "h100", gpus: 1, cfg: server.Config{TimeScale: 0.05}},
+		{name: "h100-tp2", gpu: "h100", gpus: 2, cfg: server.Config{TimeScale: 0.05}},
+	}, "")
+	type pod struct {
+		Name      string  `json:"name"`
+		GPUs      int     `json:"gpus"`
+		Learned   float64 `json:"prefill_tokens_per_sec"`
+		Scheduled float64 `json:"scheduling_prefill_tokens_per_sec"`
+	}
+	var pods map[string]pod
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		// Prompts of a few hundred tokens, so that samples count.
+		prompt := strings.Repeat(fmt.Sprintf("word%d ", i), 200+10*(i%7))
+		if r := se.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model":"llama-3.1-8b","max_tokens":2,"prompt":%q}`, prompt), nil); r.status != 200 {
+			t.Fatalf("status %d %s", r.status, r.body)
+		}
+		var d struct {
+			Pods []pod `json:"pods"`
+		}
+		if err := json.Unmarshal([]byte(se.do(t, "GET", "/debug/pods", "", nil).body), &d); err != nil {
+			t.Fatal(err)
+		}
+		pods = map[string]pod{}
+		learned := 0
+		for _, p := range d.Pods {
+			pods[p.Name] = p
+			if p.Learned > 0 {
+				learned++
+			}
+		}
+		if learned == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d requests not every pod has learned a speed: %+v", i+1, pods)
+		}
+	}
+	a, b, c := pods["h100-a"], pods["h100-b"], pods["h100-tp2"]
+	mean := (a.Learned + b.Learned) / 2
+	for _, p := range []pod{a, b} {
+		if want := 0.5*p.Learned + 0.5*mean; math.Abs(p.Scheduled-want) > 1e-6*want {
+			t.Errorf("%s: scheduled at %v tokens/s, want %v (learned %v, class mean %v)", p.Name, p.Scheduled, want, p.Learned, mean)
+		}
+	}
+	if c.GPUs != 2 || c.Scheduled != c.Learned {
+		t.Errorf("h100-tp2 (its own class): %+v, want its learned speed", c)
 	}
 }
 

@@ -93,7 +93,10 @@ type podDebug struct {
 	InFlight            int               `json:"in_flight"`
 	InFlightPrefill     int               `json:"in_flight_prefill"`
 	PrefillTokensPerSec float64           `json:"prefill_tokens_per_sec"`
-	LastScores          *scoresDebug      `json:"last_scores,omitempty"`
+	// SchedulingPrefillTokensPerSec is the speed the scheduler uses: the
+	// learned one pooled with the pod's hardware class, or the GPU prior.
+	SchedulingPrefillTokensPerSec float64      `json:"scheduling_prefill_tokens_per_sec"`
+	LastScores                    *scoresDebug `json:"last_scores,omitempty"`
 }
 
 type scoresDebug struct {
@@ -109,6 +112,7 @@ func (g *Gateway) handleDebugPods(w http.ResponseWriter, r *http.Request, st *st
 	for _, ps := range st.poolList {
 		cb := &cycleBuf{}
 		g.snapshotAll(st, ps, cb)
+		speeds := g.sched.PrefillSpeeds(cb.ptrs, nil)
 		for i, rt := range ps.pods {
 			p := &cb.pods[i]
 			d := podDebug{
@@ -116,6 +120,7 @@ func (g *Gateway) handleDebugPods(w http.ResponseWriter, r *http.Request, st *st
 				Engine: p.Engine, GPU: rt.cfg.GPU, GPUs: rt.cfg.GPUs, Labels: rt.cfg.Labels, Ready: p.Ready,
 				Saturated: p.Ready && sat.Saturated(p), Metrics: p.Metrics, MetricsAgeMS: -1,
 				InFlight: p.InFlight, InFlightPrefill: p.InFlightPrefill, PrefillTokensPerSec: p.PrefillTokensPerSec,
+				SchedulingPrefillTokensPerSec: speeds[i],
 			}
 			if s, ok := g.scraper.Get(rt.cfg.Name); ok {
 				if !s.LastSuccess.IsZero() {

@@ -288,6 +288,19 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	return ErrSaturated
 }
 
+// PrefillSpeeds appends to out, for each of pods (as Tracker.Apply filled
+// them), the prefill speed in tokens/s the scheduler's scorers and busy
+// check use for it: its learned speed pooled with its hardware class
+// (ProfileConfig.SpeedPooling), else the GPU prior from the default speed.
+// For operators (Tier 1's /debug/pods); it is not on the request path.
+func (s *Scheduler) PrefillSpeeds(pods []*Pod, out []float64) []float64 {
+	prior := newSpeedPrior(pods, defaultPrefillSpeed, s.prof.Load().cfg.SpeedPooling)
+	for _, p := range pods {
+		out = append(out, prior.of(p))
+	}
+	return out
+}
+
 // PrefillTime estimates how long req's prefill takes at best among pods:
 // the least, over pods, of its prompt tokens not in the pod's prefix cache
 // (as the router's prefix index has it) at the pod's learned prefill speed

@@ -96,6 +96,24 @@ func TestSpeedPooling(t *testing.T) {
 	}
 }
 
+func TestSchedulerPrefillSpeeds(t *testing.T) {
+	pods := []*Pod{
+		mkPod("a", gpu("h100"), gpus(1), prefill(10000)),
+		mkPod("b", gpu("h100"), gpus(1), prefill(30000)),
+		mkPod("new", gpu("h100"), gpus(1)),
+	}
+	s := mustScheduler(t, DefaultProfile(), Options{})
+	got := s.PrefillSpeeds(pods, nil)
+	// The unlearned pod gets the GPU prior: the learned speeds per TFLOPS
+	// (unpooled) times its peak, i.e. their mean here.
+	want := []float64{15000, 25000, 20000}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-6 {
+			t.Errorf("pod %s: %v, want %v", pods[i].Name, got[i], want[i])
+		}
+	}
+}
+
 // TestSpeedPoolingSpreadsIdenticalPods: of two identical pods, the one whose
 // noisy estimate says it is three times as fast no longer takes a request
 // behind three times the queue. Without pooling it does.
