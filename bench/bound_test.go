@@ -224,22 +224,13 @@ func TestQueueBoundReport(t *testing.T) {
 	var fleet scenario.Fleet
 	var stream func(seed uint64) workload.Stream
 	if strings.HasSuffix(src, ".jsonl") || strings.HasSuffix(src, ".csv") {
-		if _, err := os.Stat(src); err != nil {
-			t.Skipf("trace: %v", err)
-		}
-		fleet = scenario.DefaultTraceFleet()
-		fleet.SetDefaults()
-		maxLen, err := MaxModelLen(fleet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dur := 10 * time.Minute
+		opts := trace.Options{Duration: 10 * time.Minute}
+		var err error
 		if v := os.Getenv("BOUNDDUR"); v != "" {
-			if dur, err = time.ParseDuration(v); err != nil {
+			if opts.Duration, err = time.ParseDuration(v); err != nil {
 				t.Fatal(err)
 			}
 		}
-		opts := trace.Options{Duration: dur, MaxTotalTokens: maxLen}
 		if v := os.Getenv("BOUNDSTART"); v != "" {
 			if opts.Start, err = time.ParseDuration(v); err != nil {
 				t.Fatal(err)
@@ -250,10 +241,8 @@ func TestQueueBoundReport(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		st, err := trace.Load(src, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var st workload.Stream
+		fleet, st = traceOnDefaultFleet(t, src, opts)
 		name, stream = "trace", func(uint64) workload.Stream { return st }
 	} else {
 		sc, err := scenario.Get(src)

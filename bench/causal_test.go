@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/bench/scenario"
+	"github.com/infergate/infergate/bench/trace"
 	"github.com/infergate/infergate/bench/workload"
 )
 
@@ -137,4 +138,26 @@ func runFloors(t testing.TB, f scenario.Fleet, st workload.Stream, seed uint64) 
 		t.Fatal(err)
 	}
 	return floors, causal
+}
+
+// traceOnDefaultFleet is a window of the trace at path (opts, less
+// MaxTotalTokens, which it sets) on the bench's default trace fleet, as
+// `infergate bench --trace` replays it; skipped when the file is absent.
+func traceOnDefaultFleet(t testing.TB, path string, opts trace.Options) (scenario.Fleet, workload.Stream) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("trace: %v", err)
+	}
+	f := scenario.DefaultTraceFleet()
+	f.SetDefaults()
+	maxLen, err := MaxModelLen(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.MaxTotalTokens = maxLen
+	st, err := trace.Load(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, st
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/infergate/infergate/bench/trace"
 	"github.com/infergate/infergate/bench/workload"
 	"github.com/infergate/infergate/sim/engine"
+	"github.com/infergate/infergate/tier1/picker"
 )
 
 // TestDiag prints the worst requests of one run with their floors, pod and
@@ -82,17 +84,10 @@ func TestDiag(t *testing.T) {
 			}
 			lastPod[ss] = pod
 		}
-		{
-			res := &s.result
-			for k, nm := range res.Scorers {
-				if nm == "prefix" {
-					for c, pp := range res.Candidates {
-						if pp.Name == s.pods[pod].view.Name {
-							believed[i] = res.Scores[k][c]
-						}
-					}
-				}
-			}
+		// What the prefix scorer believed the chosen pod holds.
+		res := &s.result
+		if k, c := slices.Index(res.Scorers, picker.ScorerPrefix), slices.Index(res.Candidates, s.pods[pod].view); k >= 0 && c >= 0 {
+			believed[i] = res.Scores[k][c]
 		}
 		r.waitQ, r.runQ = e.Waiting, e.Running
 		r.kvu = int(e.KVUsage * 100)
@@ -257,36 +252,24 @@ func diagStream(t *testing.T, src string, seed uint64) (scenario.Scenario, workl
 		}
 		return sc, sc.Stream(seed)
 	}
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("trace: %v", err)
-	}
-	rate := 1.0
+	opts := trace.Options{Duration: 10 * time.Minute, RateScale: 1}
 	var err error
 	if a, r, ok := strings.Cut(at, "*"); ok {
 		at = a
-		if rate, err = strconv.ParseFloat(r, 64); err != nil {
+		if opts.RateScale, err = strconv.ParseFloat(r, 64); err != nil {
 			t.Fatal(err)
 		}
 	}
-	start, err := time.ParseDuration(at)
-	if err != nil {
+	if opts.Start, err = time.ParseDuration(at); err != nil {
 		t.Fatal(err)
 	}
-	dur := 10 * time.Minute
 	if v := os.Getenv("DIAGDUR"); v != "" {
-		if dur, err = time.ParseDuration(v); err != nil {
+		if opts.Duration, err = time.ParseDuration(v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sc := scenario.Scenario{Name: "trace", Drain: 10 * time.Minute, Fleet: scenario.DefaultTraceFleet()}
-	sc.Fleet.SetDefaults()
-	maxLen, err := MaxModelLen(sc.Fleet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := trace.Load(path, trace.Options{Start: start, Duration: dur, RateScale: rate, MaxTotalTokens: maxLen})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := scenario.Scenario{Name: "trace", Drain: 10 * time.Minute}
+	var st workload.Stream
+	sc.Fleet, st = traceOnDefaultFleet(t, path, opts)
 	return sc, st
 }

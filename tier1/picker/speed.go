@@ -65,8 +65,8 @@ func (c *peakCache) peak(gpu string) float64 {
 // as they are, and before anything is learned the default is scaled by the
 // GPU's peak over the fastest candidate's, so the first long prompts of a
 // mixed pool do not land on its slowest pods by chance. Peaks only rank
-// GPUs until the pods' own speeds are known; a pod's tensor parallelism
-// is not known here, so a pool mixing TP degrees on one GPU type is
+// GPUs until the pods' own speeds are known; the peak is per GPU (not
+// scaled by Pod.GPUs), so a pool mixing TP degrees on one GPU type is
 // ranked as if it did not.
 //
 // A learned speed is also pooled with its hardware class (ProfileConfig's
