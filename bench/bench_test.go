@@ -12,6 +12,7 @@ import (
 
 	"github.com/infergate/infergate/bench/scenario"
 	"github.com/infergate/infergate/bench/workload"
+	"github.com/infergate/infergate/tier1/picker"
 )
 
 func smallFleet() scenario.Fleet {
@@ -308,4 +309,49 @@ func oneLongPrefix() (scenario.Fleet, workload.Stream) {
 		},
 	}
 	return f, s.Stream(3)
+}
+
+// TestMemoryBoundPodsAvoided runs multi-turn-chat-heavy's training seed 129
+// (11% over capacity, so pods fill their KV caches) with and without
+// predicted-latency's memory-bound wait: without it, turns follow their
+// cached history onto pods at 95-100% KV and wait there for running
+// requests to finish (vLLM admits nothing whose blocks are not free).
+// The simulation runs in virtual time, so the counts are deterministic.
+func TestMemoryBoundPodsAvoided(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 5-minute scenario twice")
+	}
+	sc, err := scenario.Get("multi-turn-chat-heavy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seed = 129
+	st := sc.Stream(seed)
+	slow := func(pol Policy) int {
+		r, err := Run(context.Background(), Setup{Name: sc.Name, Fleet: sc.Fleet, Horizon: st.Duration + sc.Drain}, pol, seed, st, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, v := range r.TTFT {
+			if v > 3000 {
+				n++
+			}
+		}
+		return n
+	}
+	on := mustPolicy(t, PolicyInfergate)
+	off := mustPolicy(t, PolicyInfergate)
+	prof := off.Profile.Clone()
+	for i, s := range prof.Scorers {
+		if s.Name == picker.ScorerPredictedLatency {
+			prof.Scorers[i].Params = map[string]float64{picker.ParamKVFull: 0}
+		}
+	}
+	off.Profile = &prof
+	withWait, without := slow(on), slow(off)
+	t.Logf("requests with TTFT > 3 s: %d with the memory-bound wait, %d without", withWait, without)
+	if without == 0 || 2*withWait > without {
+		t.Errorf("TTFT > 3 s: %d with the memory-bound wait, %d without; want at most half", withWait, without)
+	}
 }

@@ -284,6 +284,12 @@ func (c *ProfileConfig) Validate() error {
 				errs = append(errs, fmt.Errorf("scorer %q: unknown parameter %q", s.Name, p))
 			}
 		}
+		if v, ok := s.Params[ParamKVFull]; ok && !(v >= 0 && v <= 1) {
+			errs = append(errs, fmt.Errorf("scorer %q: %s %v must be in [0, 1]", s.Name, ParamKVFull, v))
+		}
+		if v, ok := s.Params[ParamKVFullWaitMs]; ok && !(v >= 0) {
+			errs = append(errs, fmt.Errorf("scorer %q: %s %v must not be negative", s.Name, ParamKVFullWaitMs, v))
+		}
 	}
 	if _, ok := pickerFactories[c.Picker]; !ok && c.Picker != "" {
 		errs = append(errs, fmt.Errorf("unknown picker %q (known: %s, %s, %s)", c.Picker, PickerMaxScore, PickerRandom, PickerRoundRobin))

@@ -90,6 +90,8 @@ saturation: {queue_threshold: 8}
 			}
 		}},
 		{name: "speed pooling above 1", in: "speed_pooling: 1.5\n", wantErr: "speed_pooling 1.5 must be in [0, 1]"},
+		{name: "kv_full above 1", in: "scorers:\n  - name: predicted-latency\n    weight: 5\n    kv_full: 95\n", wantErr: "kv_full 95 must be in [0, 1]"},
+		{name: "kv_full_wait_ms negative", in: "scorers:\n  - name: predicted-latency\n    weight: 5\n    kv_full_wait_ms: -1\n", wantErr: "kv_full_wait_ms -1 must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,6 +18,8 @@ const (
 	ParamOverheadMs      = "overhead_ms"                    // fixed per-request TTFT floor
 	ParamSLOMissScore    = "slo_miss_score"                 // score multiplier (0..1) of pods predicted to miss Request.TTFTSLO
 	ParamQueuedPromptTok = "queued_prompt_tokens"           // tokens assumed per queued request the router did not send (0 = this request's)
+	ParamKVFull          = "kv_full"                        // KV-cache usage at which a pod is memory-bound (0 = off)
+	ParamKVFullWaitMs    = "kv_full_wait_ms"                // added to a memory-bound pod's predicted TTFT
 )
 
 type scorerSpec struct {
@@ -68,6 +70,8 @@ var scorerSpecs = map[string]scorerSpec{
 			ParamOverheadMs:      5,
 			ParamSLOMissScore:    0,
 			ParamQueuedPromptTok: 0,
+			ParamKVFull:          0.95,
+			ParamKVFullWaitMs:    1000,
 		},
 		build: func(bc buildContext) scorer {
 			return &latencyScorer{
@@ -77,6 +81,8 @@ var scorerSpecs = map[string]scorerSpec{
 				missScore:      bc.params[ParamSLOMissScore],
 				queuedTokens:   bc.params[ParamQueuedPromptTok],
 				speedPool:      bc.cfg.SpeedPooling,
+				kvFull:         bc.params[ParamKVFull],
+				kvFullWait:     bc.params[ParamKVFullWaitMs] / 1000,
 			}
 		},
 	},
@@ -294,6 +300,15 @@ func (cs *cycleState) prefixMatch(t *Tracker, req *Request, pods []*Pod) []int {
 // best/predicted, so the fastest pod scores 1 and one twice as slow 0.5.
 // With Request.TTFTSLO set, pods predicted to miss it have their score
 // multiplied by slo_miss_score (0..1, default 0), unless every pod misses.
+//
+// A pod whose scraped KV-cache usage is at least kv_full (default 0.95) is
+// memory-bound, and kv_full_wait_ms (default 1 s) is added to its
+// estimate. vLLM admits a request only when its blocks are free and, when
+// running requests need blocks, preempts the newest: on a full cache a new
+// request waits for running ones to finish, which prefill arithmetic does
+// not see. Without this a conversation's turn follows its cached history
+// onto a full pod and waits there 3-12 s (docs/benchmarks.md, "Memory-bound
+// pods").
 type latencyScorer struct {
 	tracker        *Tracker
 	defaultPrefill float64
@@ -301,6 +316,8 @@ type latencyScorer struct {
 	missScore      float64
 	queuedTokens   float64
 	speedPool      float64 // ProfileConfig.SpeedPooling
+	kvFull         float64 // KV usage from which a pod is memory-bound; 0 = off
+	kvFullWait     float64 // seconds added to a memory-bound pod's estimate
 }
 
 func (*latencyScorer) Name() string { return ScorerPredictedLatency }
@@ -322,6 +339,9 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 		unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
 		queued := float64(p.InFlightUncachedTokens) + float64(unseen)*perQueued
 		est := s.overhead + (queued+uncached)/speed
+		if s.kvFull > 0 && p.Metrics.HasKV && p.Metrics.KVUsage >= s.kvFull {
+			est += s.kvFullWait
+		}
 		out[i] = est
 		best = min(best, est)
 	}

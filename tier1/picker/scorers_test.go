@@ -214,6 +214,46 @@ func TestPredictedLatencyScorer(t *testing.T) {
 	}
 }
 
+// TestPredictedLatencyMemoryBound: a pod whose KV cache is at least
+// kv_full full loses a request it holds cached to a cold pod with room,
+// since vLLM would make the request wait for running ones to finish; below
+// the threshold, with the check off, or without KV metrics the cache wins.
+func TestPredictedLatencyMemoryBound(t *testing.T) {
+	h := hashes(0, 64, "x")
+	req := Request{PromptTokens: 1024, BlockHashes: h}
+	tests := []struct {
+		name     string
+		params   map[string]float64
+		cachedKV float64
+		hasKV    bool
+		best     string
+	}{
+		{"full pod loses its cache", nil, 0.97, true, "cold"},
+		{"at the threshold", nil, 0.95, true, "cold"},
+		{"below the threshold", nil, 0.94, true, "cached"},
+		{"check off", map[string]float64{ParamKVFull: 0}, 0.99, true, "cached"},
+		{"lower threshold", map[string]float64{ParamKVFull: 0.9}, 0.92, true, "cold"},
+		{"wait too short to matter", map[string]float64{ParamKVFullWaitMs: 10}, 0.99, true, "cached"},
+		{"no KV metrics", nil, 0.99, false, "cached"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTracker(TrackerOptions{})
+			tr.Index().Record("cached", h)
+			// 1,024 tokens at 10,000/s cold: 102 ms plus overhead.
+			pods := []*Pod{
+				mkPod("cold", prefill(10000), kv(0.5)),
+				mkPod("cached", prefill(10000), kv(tt.cachedKV), func(p *Pod) { p.Metrics.HasKV = tt.hasKV }),
+			}
+			got := scoreOnly(t, ScorerPredictedLatency, tt.params, tr, &req, pods)
+			bi := slices.Index(got, slices.Max(got))
+			if pods[bi].Name != tt.best || got[0] == got[1] {
+				t.Fatalf("scores %v: best %s, want %s", got, pods[bi].Name, tt.best)
+			}
+		})
+	}
+}
+
 // TestSLOMissKeepsOrder: whatever slo_miss_score is, a pod predicted to
 // meet the TTFT SLO outranks every pod predicted to miss it, even a slow
 // one that only just meets it against a fast leader (the case a constant
