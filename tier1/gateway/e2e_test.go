@@ -279,6 +279,51 @@ func TestE2EAvoidsQueuedAndFullPods(t *testing.T) {
 	}
 }
 
+// A pod whose KV cache is full loses a request it holds the prefix of
+// (predicted-latency's memory-bound wait, kv_full): vLLM would make the
+// request wait there for running requests to finish. With kv_full 0 the
+// same request follows its prefix onto the full pod, so the check is what
+// moves it. Two simulated H100 pods with 100-block (1,600-token) caches;
+// the one holding the prefix is filled by requests sent to it directly.
+func TestE2EMemoryBoundPodLosesItsCache(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra string
+		wantHolder  bool
+	}{
+		{"default", "", false},
+		{"kv_full off", "scheduler: {scorers: [{name: predicted-latency, weight: 5, kv_full: 0}]}\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tiny := func(c *engine.Config) { c.NumBlocks = 100 }
+			se := newSimEnv(t, []simPod{
+				{name: "a", gpu: "h100", cfg: server.Config{TimeScale: 1, Tune: tiny}},
+				{name: "b", gpu: "h100", cfg: server.Config{TimeScale: 1, Tune: tiny}},
+			}, tc.extra)
+			prefix := words(150, "shared")
+			first := se.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model":"llama-3.1-8b","max_tokens":2,"prompt":%q}`, prefix+"one"), nil)
+			holder := first.header.Get("X-Infergate-Pod")
+			if first.status != 200 || holder == "" {
+				t.Fatalf("first request: %d on %q: %s", first.status, holder, first.body)
+			}
+			other := map[string]string{"a": "b", "b": "a"}[holder]
+			// Two ~600-token prompts decoding 600 tokens each: more than
+			// the 1,600 tokens of KV, so the holder stays full (preempting)
+			// for seconds.
+			se.direct(t, holder, "llama-3.1-8b", 380, 600)
+			se.direct(t, holder, "llama-3.1-8b", 380, 600)
+			se.waitPod(t, holder, "KV at 95%", func(d *podDebug) bool { return d.Metrics.KVUsage >= 0.95 })
+			res := se.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model":"llama-3.1-8b","max_tokens":2,"prompt":%q}`, prefix+"two"), nil)
+			want := other
+			if tc.wantHolder {
+				want = holder
+			}
+			if got := res.header.Get("X-Infergate-Pod"); res.status != 200 || got != want {
+				t.Errorf("prefix holder %s at >= 95%% KV: request went to %q (status %d), want %s", holder, got, res.status, want)
+			}
+		})
+	}
+}
+
 func TestE2ESlowGPUGetsLessTraffic(t *testing.T) {
 	se := newSimEnv(t, []simPod{
 		{name: "fast", gpu: "h100", cfg: server.Config{TimeScale: 0.5}},
