@@ -3,6 +3,7 @@ package testservice
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -62,10 +63,7 @@ func StartConsulOpts(t testing.TB, o ConsulOpts) *Consul {
 		bin:     Binary(t, "INFERGATE_CONSUL", "consul"),
 		logPath: filepath.Join(dir, "consul.log"),
 		token:   o.ACLToken,
-		ports: consulPorts{
-			http: FreePort(t), dns: FreePort(t), serfLAN: FreePort(t),
-			serfWAN: FreePort(t), server: FreePort(t), grpc: FreePort(t),
-		},
+		ports:   freeConsulPorts(t),
 	}
 	if o.ACLToken != "" {
 		// Consul 1.11+ spells the bootstrap token initial_management (it
@@ -87,9 +85,40 @@ func StartConsulOpts(t testing.TB, o ConsulOpts) *Consul {
 		}
 	}
 	t.Cleanup(c.Stop)
-	c.Start()
+	c.startFresh(t)
 	return c
 }
+
+// startFresh starts the agent, again on fresh ports (up to three tries)
+// when one of its ports was taken. FreePort's ports are free when handed
+// out, but another process (a test binary running alongside, an outgoing
+// connection) can take one before the agent binds it.
+func (c *Consul) startFresh(t testing.TB) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		c.mu.Lock()
+		err := c.startLocked()
+		c.mu.Unlock()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatalf("testservice: %v", err)
+		}
+		t.Logf("testservice: %v; retrying on fresh ports", err)
+		c.ports = freeConsulPorts(t)
+	}
+}
+
+func freeConsulPorts(t testing.TB) consulPorts {
+	return consulPorts{
+		http: FreePort(t), dns: FreePort(t), serfLAN: FreePort(t),
+		serfWAN: FreePort(t), server: FreePort(t), grpc: FreePort(t),
+	}
+}
+
+// errPortTaken marks a start that failed because a port was in use.
+var errPortTaken = errors.New("a port was taken")
 
 // Addr is the agent's HTTP API address, host:port (what api.Config.Address
 // takes).
@@ -109,8 +138,15 @@ func (c *Consul) Start() {
 	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.startLocked(); err != nil {
+		c.t.Fatalf("testservice: %v", err)
+	}
+}
+
+// startLocked starts the agent unless it runs; c.mu is held.
+func (c *Consul) startLocked() error {
 	if c.cmd != nil {
-		return
+		return nil
 	}
 	p := c.ports
 	args := []string{
@@ -131,16 +167,25 @@ func (c *Consul) Start() {
 	if c.cfgPath != "" {
 		args = append(args, "-config-file", c.cfgPath)
 	}
+	var logStart int64 // the log is appended across starts: read this one's
+	if fi, err := os.Stat(c.logPath); err == nil {
+		logStart = fi.Size()
+	}
 	cmd, done, err := startLogged(c.bin, args, c.logPath)
 	if err != nil {
-		c.t.Fatalf("testservice: consul: %v", err)
+		return fmt.Errorf("consul: %w", err)
 	}
 	c.cmd, c.done = cmd, done
 	if err := c.waitLeader(done, 30*time.Second); err != nil {
 		c.stopLocked()
 		log, _ := os.ReadFile(c.logPath)
-		c.t.Fatalf("testservice: consul did not become ready: %v\n%s", err, tail(log, 4000))
+		log = log[min(int(logStart), len(log)):]
+		if bytes.Contains(log, []byte("address already in use")) {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return fmt.Errorf("consul did not become ready: %w\n%s", err, tail(log, 4000))
 	}
+	return nil
 }
 
 // Stop stops the agent and waits for it to exit. It is a no-op when the

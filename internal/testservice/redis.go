@@ -2,6 +2,7 @@ package testservice
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -44,9 +46,29 @@ func StartRedis(t testing.TB) *Redis {
 	t.Helper()
 	bin := Binary(t, "INFERGATE_REDIS_SERVER", "redis-server")
 	r := &Redis{t: t, bin: bin, dir: t.TempDir(), port: FreePort(t)}
-	r.Start()
 	t.Cleanup(r.Stop)
+	r.startFresh(t, FreePort)
 	return r
+}
+
+// startFresh starts the server, again on a fresh port (up to three tries)
+// when its port was taken between FreePort and the bind (see
+// Consul.startFresh).
+func (r *Redis) startFresh(t testing.TB, port func(testing.TB) int) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		r.mu.Lock()
+		err := r.startLocked()
+		r.mu.Unlock()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatalf("testservice: %v", err)
+		}
+		t.Logf("testservice: %v; retrying on a fresh port", err)
+		r.port = port(t)
+	}
 }
 
 // RedisOpts select optional server features for StartRedisOpts.
@@ -98,8 +120,15 @@ func (r *Redis) Start() {
 	r.t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.startLocked(); err != nil {
+		r.t.Fatalf("testservice: %v", err)
+	}
+}
+
+// startLocked starts the server unless it runs; r.mu is held.
+func (r *Redis) startLocked() error {
 	if r.cmd != nil {
-		return
+		return nil
 	}
 	portArgs := []string{"--port", strconv.Itoa(r.port)}
 	if r.tls != nil {
@@ -118,7 +147,7 @@ func (r *Redis) Start() {
 	logf := filepath.Join(r.dir, fmt.Sprintf("redis-%d.log", r.port))
 	cmd.Args = append(cmd.Args, "--logfile", logf)
 	if err := cmd.Start(); err != nil {
-		r.t.Fatalf("testservice: start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	r.cmd = cmd
 	if err := r.waitPing(10 * time.Second); err != nil {
@@ -129,8 +158,12 @@ func (r *Redis) Start() {
 		if len(logTail) > 2048 {
 			logTail = logTail[len(logTail)-2048:]
 		}
-		r.t.Fatalf("testservice: redis-server on %s: %v\nits log:\n%s", r.Addr(), err, logTail)
+		if bytes.Contains(logTail, []byte("Address already in use")) {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return fmt.Errorf("redis-server on %s: %w\nits log:\n%s", r.Addr(), err, logTail)
 	}
+	return nil
 }
 
 // Stop kills the server and waits for it to exit; a no-op when stopped.
@@ -224,8 +257,8 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
 		}}
-		r.Start()
 		t.Cleanup(r.Stop)
+		r.startFresh(t, FreeClusterPort)
 		c.Nodes = append(c.Nodes, r)
 	}
 	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
