@@ -3,7 +3,6 @@ package testservice
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -89,25 +88,15 @@ func StartConsulOpts(t testing.TB, o ConsulOpts) *Consul {
 	return c
 }
 
-// startFresh starts the agent, again on fresh ports (up to three tries)
-// when one of its ports was taken. FreePort's ports are free when handed
-// out, but another process (a test binary running alongside, an outgoing
-// connection) can take one before the agent binds it.
+// startFresh starts the agent, on fresh ports again if one was taken.
 func (c *Consul) startFresh(t testing.TB) {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
+	start := func() error {
 		c.mu.Lock()
-		err := c.startLocked()
-		c.mu.Unlock()
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, errPortTaken) || attempt == 3 {
-			t.Fatalf("testservice: %v", err)
-		}
-		t.Logf("testservice: %v; retrying on fresh ports", err)
-		c.ports = freeConsulPorts(t)
+		defer c.mu.Unlock()
+		return c.startLocked()
 	}
+	startOnFreePorts(t, start, func() { c.ports = freeConsulPorts(t) })
 }
 
 func freeConsulPorts(t testing.TB) consulPorts {
@@ -116,9 +105,6 @@ func freeConsulPorts(t testing.TB) consulPorts {
 		serfWAN: FreePort(t), server: FreePort(t), grpc: FreePort(t),
 	}
 }
-
-// errPortTaken marks a start that failed because a port was in use.
-var errPortTaken = errors.New("a port was taken")
 
 // Addr is the agent's HTTP API address, host:port (what api.Config.Address
 // takes).
@@ -180,10 +166,7 @@ func (c *Consul) startLocked() error {
 		c.stopLocked()
 		log, _ := os.ReadFile(c.logPath)
 		log = log[min(int(logStart), len(log)):]
-		if bytes.Contains(log, []byte("address already in use")) {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
-		return fmt.Errorf("consul did not become ready: %w\n%s", err, tail(log, 4000))
+		return fmt.Errorf("consul did not become ready: %w\n%s", markPortTaken(log, err), tail(log, 4000))
 	}
 	return nil
 }

@@ -12,12 +12,7 @@ import (
 // held by a listener) makes the start retry on fresh ports instead of
 // failing the test.
 func TestConsulRetriesOnTakenPort(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	taken := l.Addr().(*net.TCPAddr).Port
+	taken := holdPort(t)
 	c := &Consul{
 		t:       t,
 		bin:     Binary(t, "INFERGATE_CONSUL", "consul"),
@@ -42,12 +37,7 @@ func TestConsulRetriesOnTakenPort(t *testing.T) {
 
 // The same for Redis: its port taken by a listener.
 func TestRedisRetriesOnTakenPort(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	taken := l.Addr().(*net.TCPAddr).Port
+	taken := holdPort(t)
 	r := &Redis{t: t, bin: Binary(t, "INFERGATE_REDIS_SERVER", "redis-server"), dir: t.TempDir(), port: taken}
 	t.Cleanup(r.Stop)
 	r.startFresh(t, FreePort)
@@ -57,4 +47,15 @@ func TestRedisRetriesOnTakenPort(t *testing.T) {
 	if err := r.ping(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// holdPort returns a loopback port a listener holds until the test ends.
+func holdPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().(*net.TCPAddr).Port
 }

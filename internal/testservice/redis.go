@@ -2,7 +2,6 @@ package testservice
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -44,31 +42,19 @@ type Redis struct {
 // fails under CI) when redis-server is not installed.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
-	bin := Binary(t, "INFERGATE_REDIS_SERVER", "redis-server")
-	r := &Redis{t: t, bin: bin, dir: t.TempDir(), port: FreePort(t)}
-	t.Cleanup(r.Stop)
-	r.startFresh(t, FreePort)
-	return r
+	return StartRedisOpts(t, RedisOpts{})
 }
 
-// startFresh starts the server, again on a fresh port (up to three tries)
-// when its port was taken between FreePort and the bind (see
-// Consul.startFresh).
+// startFresh starts the server, on a fresh port (from port) again if its
+// port was taken.
 func (r *Redis) startFresh(t testing.TB, port func(testing.TB) int) {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
+	start := func() error {
 		r.mu.Lock()
-		err := r.startLocked()
-		r.mu.Unlock()
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, errPortTaken) || attempt == 3 {
-			t.Fatalf("testservice: %v", err)
-		}
-		t.Logf("testservice: %v; retrying on a fresh port", err)
-		r.port = port(t)
+		defer r.mu.Unlock()
+		return r.startLocked()
 	}
+	startOnFreePorts(t, start, func() { r.port = port(t) })
 }
 
 // RedisOpts select optional server features for StartRedisOpts.
@@ -96,8 +82,8 @@ func StartRedisOpts(t testing.TB, o RedisOpts) *Redis {
 		r.tls = cfg
 		r.args = append(r.args, args...)
 	}
-	r.Start()
 	t.Cleanup(r.Stop)
+	r.startFresh(t, FreePort)
 	return r
 }
 
@@ -158,10 +144,7 @@ func (r *Redis) startLocked() error {
 		if len(logTail) > 2048 {
 			logTail = logTail[len(logTail)-2048:]
 		}
-		if bytes.Contains(logTail, []byte("Address already in use")) {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
-		return fmt.Errorf("redis-server on %s: %w\nits log:\n%s", r.Addr(), err, logTail)
+		return fmt.Errorf("redis-server on %s: %w\nits log:\n%s", r.Addr(), markPortTaken(logTail, err), logTail)
 	}
 	return nil
 }

@@ -7,6 +7,9 @@
 package testservice
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -108,4 +111,36 @@ func FreeClusterPort(t testing.TB) int {
 	}
 	t.Fatal("testservice: no free port whose cluster bus port is free too")
 	return 0
+}
+
+// errPortTaken marks a start that failed because a port was in use.
+var errPortTaken = errors.New("a port was taken")
+
+// markPortTaken wraps err with errPortTaken when a server's log reports a
+// failed bind (Consul writes "address already in use", Redis "Address").
+func markPortTaken(log []byte, err error) error {
+	if bytes.Contains(bytes.ToLower(log), []byte("address already in use")) {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
+}
+
+// startOnFreePorts calls start, and again after repick has chosen fresh
+// ports when it failed with errPortTaken (three tries in all). FreePort's
+// ports are free when handed out, but another process (a test binary
+// running alongside, an outgoing connection) can take one before the
+// server binds it. Other errors fail the test.
+func startOnFreePorts(t testing.TB, start func() error, repick func()) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := start()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatalf("testservice: %v", err)
+		}
+		t.Logf("testservice: %v; retrying on fresh ports", err)
+		repick()
+	}
 }
