@@ -27,6 +27,7 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 			}}
 			prof := pol.Profile.Clone()
 			prof.Saturation.PrefillWait = tc.PrefillWait
+			prof.Saturation.SheddableWait = tc.SheddableWait
 			p := pol
 			p.Profile = &prof
 			s, err := newSim(context.Background(), Setup{Name: "t", Fleet: f}, p, 1, st, Options{})

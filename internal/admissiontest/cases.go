@@ -27,6 +27,8 @@ type Case struct {
 	AheadPrio int
 	// PrefillWait is the profile's saturation.prefill_wait.
 	PrefillWait time.Duration
+	// SheddableWait is the profile's saturation.sheddable_wait.
+	SheddableWait time.Duration
 	// QueuedPrefill is the router's in-flight prefill on every pod, at
 	// Speed.
 	QueuedPrefill time.Duration
@@ -81,9 +83,18 @@ func Cases() []Case {
 		{Name: "prefill under the wait", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 300 * time.Millisecond, Want: admission.Dispatch},
 		{Name: "every pod busy: standard held", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Want: admission.Wait},
 		{Name: "every pod busy: critical held", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Priority: 1, Want: admission.Wait},
-		{Name: "every pod busy: sheddable neither held nor shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Dispatch},
+		// A sheddable request is never held; sent on, it would go ahead of
+		// the held standard and critical ones.
+		{Name: "every pod busy: sheddable shed, not held", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Shed},
 		{Name: "busy and queued: sheddable shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Waiting: 8, Sheddable: true, Priority: -1, Want: admission.Shed},
 		{Name: "holding: busy, sheddable behind a held waiter shed", PrefillWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Ahead: true, Sheddable: true, Priority: -1, Want: admission.Shed},
 		{Name: "holding: idle, standard behind waiter waits", PrefillWait: 400 * time.Millisecond, Ahead: true, Want: admission.Wait},
+		// saturation.sheddable_wait: sheddable requests judged busy at their own wait.
+		{Name: "sheddable wait under the queue: sheddable shed", PrefillWait: 800 * time.Millisecond, SheddableWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Shed},
+		{Name: "sheddable wait under the queue: standard sent", PrefillWait: 800 * time.Millisecond, SheddableWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Want: admission.Dispatch},
+		{Name: "sheddable wait over the queue: sheddable sent", PrefillWait: 400 * time.Millisecond, SheddableWait: 800 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Dispatch},
+		{Name: "sheddable wait over the queue: standard held", PrefillWait: 400 * time.Millisecond, SheddableWait: 800 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Want: admission.Wait},
+		{Name: "holding off, sheddable wait on: sheddable shed", SheddableWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Sheddable: true, Priority: -1, Want: admission.Shed},
+		{Name: "holding off, sheddable wait on: standard sent", SheddableWait: 400 * time.Millisecond, QueuedPrefill: 600 * time.Millisecond, Want: admission.Dispatch},
 	}
 }

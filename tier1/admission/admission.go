@@ -15,7 +15,7 @@
 //  4. Decide maps the scheduler's answer to a Decision: dispatch, wait
 //     (every pod saturated, or busy with queued prefill when the profile
 //     holds; sheddable requests are never held), shed (sheddable requests
-//     are refused at once when every pod is saturated) or fail, with the
+//     are refused at once when every pod is saturated or busy) or fail, with the
 //     HTTP status and OpenAI error code. Expired is the decision when a
 //     waiter's bounded wait runs out.
 //
@@ -126,9 +126,12 @@ func Decide(req *picker.Request, schedErr error) Decision {
 	case errors.Is(schedErr, picker.ErrBusy):
 		// Not saturated, only holding so that a held request goes to the
 		// pod that drains first. Sheddable requests never wait in the
-		// router: while the pool is not saturated they go at once.
+		// router, and sending one on would put batch work ahead of the
+		// held and later standard and critical requests on those pods: it
+		// is shed (the scheduler judged busy at saturation.sheddable_wait).
 		if req.Sheddable {
-			return Decision{Action: Dispatch}
+			return Decision{Action: Shed, Status: http.StatusTooManyRequests, Code: "pool_saturated",
+				Message: "every model server of this model has a full prefill queue; retry later", RetryAfter: ShedRetryAfter}
 		}
 		return Decision{Action: Wait}
 	case errors.Is(schedErr, picker.ErrNoCandidates):

@@ -28,7 +28,7 @@ func TestDecide(t *testing.T) {
 		{"saturated sheddable shed", shed, picker.ErrSaturated, Shed, 429, "pool_saturated"},
 		{"wrapped saturation", shed, fmt.Errorf("x: %w", picker.ErrSaturated), Shed, 429, "pool_saturated"},
 		{"busy waits", std, picker.ErrBusy, Wait, 0, ""},
-		{"busy sheddable neither held nor shed", shed, picker.ErrBusy, Dispatch, 0, ""},
+		{"busy sheddable shed, never held", shed, picker.ErrBusy, Shed, 429, "pool_saturated"},
 		{"no pod", std, picker.ErrNoCandidates, Fail, 503, "no_ready_pod"},
 		{"timed out", std, context.DeadlineExceeded, Fail, 504, "timeout"},
 		{"client gone", std, context.Canceled, Fail, StatusClientClosed, "timeout"},

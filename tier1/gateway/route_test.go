@@ -35,6 +35,7 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 			}
 			prof := e.gw.sched.Profile()
 			prof.Saturation.PrefillWait = tc.PrefillWait
+			prof.Saturation.SheddableWait = tc.SheddableWait
 			if err := e.gw.sched.Update(prof); err != nil {
 				t.Fatal(err)
 			}

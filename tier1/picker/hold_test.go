@@ -47,22 +47,32 @@ func TestScheduleBusy(t *testing.T) {
 	busy := func(name string) *Pod { return mkPod(name, prefill(10000), uncachedQueued(6000)) }
 	free := func(name string) *Pod { return mkPod(name, prefill(10000), uncachedQueued(1000)) }
 	full := func(name string) *Pod { return mkPod(name, prefill(10000), waiting(9)) }
+	// Sheddable requests busy at 300 ms: mid (350 ms queued) is busy for
+	// them but not at prefill_wait (400 ms).
+	shedLow := cfg
+	shedLow.Saturation.SheddableWait = 300 * time.Millisecond
+	mid := func(name string) *Pod { return mkPod(name, prefill(10000), uncachedQueued(3500)) }
 	tests := []struct {
-		name string
-		cfg  ProfileConfig
-		pods []*Pod
-		want error
+		name      string
+		cfg       ProfileConfig
+		pods      []*Pod
+		sheddable bool
+		want      error
 	}{
-		{"one pod drained", cfg, []*Pod{busy("a"), free("b")}, nil},
-		{"every pod busy", cfg, []*Pod{busy("a"), busy("b")}, ErrBusy},
-		{"busy and saturated", cfg, []*Pod{busy("a"), full("b")}, ErrBusy},
-		{"every pod saturated", cfg, []*Pod{full("a"), full("b")}, ErrSaturated},
-		{"holding off", GIEDefaultProfile(), []*Pod{busy("a"), busy("b")}, nil},
+		{"one pod drained", cfg, []*Pod{busy("a"), free("b")}, false, nil},
+		{"every pod busy", cfg, []*Pod{busy("a"), busy("b")}, false, ErrBusy},
+		{"busy and saturated", cfg, []*Pod{busy("a"), full("b")}, false, ErrBusy},
+		{"every pod saturated", cfg, []*Pod{full("a"), full("b")}, false, ErrSaturated},
+		{"holding off", GIEDefaultProfile(), []*Pod{busy("a"), busy("b")}, false, nil},
+		{"sheddable at prefill_wait", cfg, []*Pod{busy("a"), mid("b")}, true, nil},
+		{"sheddable at its own lower wait", shedLow, []*Pod{busy("a"), mid("b")}, true, ErrBusy},
+		{"sheddable wait leaves standard alone", shedLow, []*Pod{busy("a"), mid("b")}, false, nil},
+		{"sheddable wait under a drained pod", shedLow, []*Pod{busy("a"), free("b")}, true, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustScheduler(t, tt.cfg, Options{Rand: seeded(1)})
-			res, err := s.Schedule(&Request{Model: "llama", PromptTokens: 100}, tt.pods)
+			res, err := s.Schedule(&Request{Model: "llama", PromptTokens: 100, Sheddable: tt.sheddable}, tt.pods)
 			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
 			}
@@ -118,10 +128,13 @@ func TestProfileHoldYAML(t *testing.T) {
 	if c, err := ParseProfile("t", []byte("saturation: {queue_threshold: 7}\n")); err != nil || c.Saturation.PrefillWait != DefaultPrefillWait {
 		t.Fatalf("default holding lost: %v %v", c.Saturation.PrefillWait, err)
 	}
+	if c, err := ParseProfile("t", []byte("saturation: {sheddable_wait: 100ms}\n")); err != nil || c.Saturation.SheddableWait != 100*time.Millisecond || c.Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatalf("sheddable_wait: %+v %v", c.Saturation, err)
+	}
 	if c, err := ParseProfile("t", []byte("base: gie\n")); err != nil || c.Saturation.PrefillWait != 0 {
 		t.Fatalf("GIE's profile holds: %v %v", c.Saturation.PrefillWait, err)
 	}
-	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "wait_order: {shortest_prefill: -1}\n", "wait_order: {shortest: 1}\n"} {
+	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "saturation: {sheddable_wait: -1ms}\n", "wait_order: {shortest_prefill: -1}\n", "wait_order: {shortest: 1}\n"} {
 		if _, err := ParseProfile("t", []byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

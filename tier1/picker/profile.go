@@ -60,6 +60,12 @@ type SaturationConfig struct {
 	// much prefill queued (SaturationDetector.Busy, ErrBusy); 0 = off.
 	// The default profile's is DefaultPrefillWait; GIE's is off.
 	PrefillWait time.Duration `yaml:"prefill_wait"`
+	// SheddableWait refuses a sheddable request (429) once every pod is
+	// saturated or has this much prefill queued; sheddable requests never
+	// wait in the router. 0 = PrefillWait, so a sheddable request is not
+	// sent to pods that would hold a standard one. Lower sheds batch work
+	// sooner to keep the others' TTFT down (docs/tier1-scheduling.md).
+	SheddableWait time.Duration `yaml:"sheddable_wait"`
 }
 
 // WaitOrderConfig orders the router's wait queue within one priority
@@ -297,7 +303,7 @@ func (c *ProfileConfig) Validate() error {
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale_after %v is negative", c.StaleAfter))
 	}
-	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 {
+	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 || c.Saturation.SheddableWait < 0 {
 		errs = append(errs, errors.New("saturation thresholds must not be negative"))
 	}
 	if !(c.SpeedPooling >= 0 && c.SpeedPooling <= 1) {
@@ -330,6 +336,7 @@ type saturationOverlay struct {
 	QueueThreshold int            `yaml:"queue_threshold"`
 	KVThreshold    float64        `yaml:"kv_threshold"`
 	PrefillWait    *time.Duration `yaml:"prefill_wait"`
+	SheddableWait  *time.Duration `yaml:"sheddable_wait"`
 }
 
 type scorerOverlay struct {
@@ -388,6 +395,9 @@ func (c *ProfileConfig) UnmarshalYAML(n *yaml.Node) error {
 		}
 		if o.Saturation.PrefillWait != nil {
 			base.Saturation.PrefillWait = *o.Saturation.PrefillWait
+		}
+		if o.Saturation.SheddableWait != nil {
+			base.Saturation.SheddableWait = *o.Saturation.SheddableWait
 		}
 	}
 	if o.SpeedPooling != nil {

@@ -13,6 +13,9 @@ type SaturationDetector struct {
 	// PrefillWait, when > 0, marks a pod busy (see Busy) once the prefill
 	// the router has queued on it would take this long. 0 = off.
 	PrefillWait time.Duration
+	// SheddableWait is PrefillWait for sheddable requests (see
+	// SaturationConfig.SheddableWait); 0 = PrefillWait.
+	SheddableWait time.Duration
 }
 
 func (d SaturationDetector) withDefaults() SaturationDetector {
@@ -57,7 +60,24 @@ func (d SaturationDetector) Saturated(p *Pod) bool {
 // serves what it was sent first come, first served). Off (false) when
 // PrefillWait is 0 or no speed is known.
 func (d SaturationDetector) Busy(p *Pod, speed float64) bool {
-	if d.PrefillWait <= 0 {
+	return busyAt(p, speed, d.PrefillWait)
+}
+
+// BusyFor is Busy with req's wait: SheddableWait for a sheddable request
+// when set, else PrefillWait.
+func (d SaturationDetector) BusyFor(req *Request, p *Pod, speed float64) bool {
+	return busyAt(p, speed, d.waitFor(req))
+}
+
+func (d SaturationDetector) waitFor(req *Request) time.Duration {
+	if req.Sheddable && d.SheddableWait > 0 {
+		return d.SheddableWait
+	}
+	return d.PrefillWait
+}
+
+func busyAt(p *Pod, speed float64, wait time.Duration) bool {
+	if wait <= 0 {
 		return false
 	}
 	if !(speed > 0) {
@@ -66,7 +86,7 @@ func (d SaturationDetector) Busy(p *Pod, speed float64) bool {
 	if !(speed > 0) {
 		return false
 	}
-	return float64(p.InFlightUncachedTokens) >= speed*d.PrefillWait.Seconds()
+	return float64(p.InFlightUncachedTokens) >= speed*wait.Seconds()
 }
 
 // PoolSaturation is GIE's pool-level signal: the mean over pods of

@@ -179,6 +179,7 @@ func buildProfile(cfg ProfileConfig, opts Options) (*profile, error) {
 			KVThreshold:    cfg.Saturation.KVThreshold,
 			StaleAfter:     cfg.StaleAfter,
 			PrefillWait:    cfg.Saturation.PrefillWait,
+			SheddableWait:  cfg.Saturation.SheddableWait,
 		}.withDefaults(),
 	}
 	bc := buildContext{cfg: cfg, tracker: opts.Tracker, sat: p.sat}
@@ -267,7 +268,7 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	// scorers'; a busy filter on the candidates, measured, hurt
 	// multi-turn chat (turns sent away from their cached history).
 	var prior speedPrior // for pods without a learned speed; none known: not busy
-	if p.sat.PrefillWait > 0 {
+	if p.sat.waitFor(req) > 0 {
 		prior = newSpeedPrior(cands, 0, p.cfg.SpeedPooling)
 	}
 	busy := false
@@ -275,7 +276,7 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 		if p.sat.Saturated(pod) {
 			continue
 		}
-		if !p.sat.Busy(pod, prior.of(pod)) {
+		if !p.sat.BusyFor(req, pod, prior.of(pod)) {
 			return nil
 		}
 		busy = true
