@@ -131,10 +131,16 @@ func TestProfileHoldYAML(t *testing.T) {
 	if c, err := ParseProfile("t", []byte("saturation: {sheddable_wait: 100ms}\n")); err != nil || c.Saturation.SheddableWait != 100*time.Millisecond || c.Saturation.PrefillWait != DefaultPrefillWait {
 		t.Fatalf("sheddable_wait: %+v %v", c.Saturation, err)
 	}
+	if c, err := ParseProfile("t", []byte("saturation: {slower_gpu_wait: 0s}\n")); err != nil || c.Saturation.SlowerGPUWait != 0 || c.Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatalf("slower_gpu_wait 0 does not turn it off: %+v %v", c.Saturation, err)
+	}
+	if DefaultProfile().Saturation.SlowerGPUWait != DefaultSlowerGPUWait || GIEDefaultProfile().Saturation.SlowerGPUWait != 0 {
+		t.Fatal("slower_gpu_wait defaults")
+	}
 	if c, err := ParseProfile("t", []byte("base: gie\n")); err != nil || c.Saturation.PrefillWait != 0 {
 		t.Fatalf("GIE's profile holds: %v %v", c.Saturation.PrefillWait, err)
 	}
-	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "saturation: {sheddable_wait: -1ms}\n", "wait_order: {shortest_prefill: -1}\n", "wait_order: {shortest: 1}\n"} {
+	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "saturation: {sheddable_wait: -1ms}\n", "saturation: {slower_gpu_wait: -1s}\n", "wait_order: {shortest_prefill: -1}\n", "wait_order: {shortest: 1}\n"} {
 		if _, err := ParseProfile("t", []byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -162,6 +168,54 @@ func TestHoldExampleProfiles(t *testing.T) {
 			}
 			if c.Saturation.PrefillWait != tt.wait || c.WaitOrder.ShortestPrefill != tt.order {
 				t.Fatalf("prefill_wait %v, shortest_prefill %v", c.Saturation.PrefillWait, c.WaitOrder.ShortestPrefill)
+			}
+		})
+	}
+}
+
+// With saturation.slower_gpu_wait a pod of a slower hardware class is busy
+// for a request whose extra prefill there would reach the wait, so the
+// request is held for a fast pod rather than sent to an idle slow one.
+func TestScheduleBusySlowerGPU(t *testing.T) {
+	cfg := DefaultProfile()
+	cfg.Saturation.PrefillWait = 400 * time.Millisecond
+	cfg.Saturation.SlowerGPUWait = time.Second
+	off := cfg
+	off.Saturation.SlowerGPUWait = 0
+	h100 := func(name string, mods ...func(*Pod)) *Pod {
+		return mkPod(name, append([]func(*Pod){gpu("h100"), gpus(1), prefill(10000)}, mods...)...)
+	}
+	a10g := func(name string, mods ...func(*Pod)) *Pod {
+		return mkPod(name, append([]func(*Pod){gpu("a10g"), gpus(1), prefill(1000)}, mods...)...)
+	}
+	busyH := h100("h", uncachedQueued(6000)) // 600 ms queued
+	tests := []struct {
+		name      string
+		cfg       ProfileConfig
+		pods      []*Pod
+		tokens    int
+		sheddable bool
+		want      error
+	}{
+		// 2,000 tokens: 2 s on the A10G against 0.2 s on an H100.
+		{"long prompt held for the fast pod", cfg, []*Pod{busyH, a10g("a")}, 2000, false, ErrBusy},
+		{"off: the idle slow pod takes it", off, []*Pod{busyH, a10g("a")}, 2000, false, nil},
+		// 800 tokens: 0.72 s extra, under the second, unless the slow pod
+		// has 0.35 s queued (itself under prefill_wait).
+		{"short prompt goes to the slow pod", cfg, []*Pod{busyH, a10g("a")}, 800, false, nil},
+		{"slow pod's queue counts", cfg, []*Pod{busyH, a10g("a", uncachedQueued(350))}, 800, false, ErrBusy},
+		{"sheddable requests still use slow pods", cfg, []*Pod{busyH, a10g("a")}, 2000, true, nil},
+		{"fast pod free", cfg, []*Pod{h100("h"), a10g("a")}, 2000, false, nil},
+		// One class: learned speeds differ, the class does not.
+		{"same class, slower learned speed", cfg, []*Pod{busyH, h100("h2", prefill(1000))}, 2000, false, nil},
+		{"no known class", cfg, []*Pod{busyH, mkPod("x", prefill(1000))}, 2000, false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustScheduler(t, tt.cfg, Options{Rand: seeded(1)})
+			_, err := s.Schedule(&Request{Model: "llama", PromptTokens: tt.tokens, Sheddable: tt.sheddable}, tt.pods)
+			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
 			}
 		})
 	}

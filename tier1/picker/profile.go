@@ -66,6 +66,15 @@ type SaturationConfig struct {
 	// sent to pods that would hold a standard one. Lower sheds batch work
 	// sooner to keep the others' TTFT down (docs/tier1-scheduling.md).
 	SheddableWait time.Duration `yaml:"sheddable_wait"`
+	// SlowerGPUWait, when > 0 and holding is on, makes a pod of a slower
+	// hardware class (GPU and GPUs per pod) busy for a non-sheddable
+	// request once its queued prefill plus the request's extra prefill
+	// time there, against the fastest class's mean speed, reaches
+	// max(PrefillWait, SlowerGPUWait): on a mixed fleet an idle slow pod
+	// no longer stops the router from holding a request for a fast one.
+	// Pods of no known class are judged by PrefillWait alone. The default
+	// profile's is DefaultSlowerGPUWait; 0 = off.
+	SlowerGPUWait time.Duration `yaml:"slower_gpu_wait"`
 }
 
 // WaitOrderConfig orders the router's wait queue within one priority
@@ -112,6 +121,10 @@ const (
 	// chosen with the routing benchmark on its training seeds
 	// (docs/benchmarks.md, "Admission order and holding").
 	DefaultPrefillWait = 250 * time.Millisecond
+	// DefaultSlowerGPUWait is the default profile's
+	// saturation.slower_gpu_wait, chosen with the routing benchmark on its
+	// training windows (docs/benchmarks.md, "Holding for a faster GPU").
+	DefaultSlowerGPUWait = time.Second
 	// DefaultSpeedPooling is the default profile's speed_pooling, chosen
 	// with the routing benchmark on its training seeds (docs/benchmarks.md,
 	// "Pooled prefill speeds").
@@ -143,7 +156,7 @@ func DefaultProfile() ProfileConfig {
 		Picker:       PickerMaxScore,
 		StaleAfter:   DefaultStaleAfter,
 		MaxRanked:    DefaultMaxRanked,
-		Saturation:   SaturationConfig{QueueThreshold: DefaultQueueThreshold, KVThreshold: DefaultKVThreshold, PrefillWait: DefaultPrefillWait},
+		Saturation:   SaturationConfig{QueueThreshold: DefaultQueueThreshold, KVThreshold: DefaultKVThreshold, PrefillWait: DefaultPrefillWait, SlowerGPUWait: DefaultSlowerGPUWait},
 		SpeedPooling: DefaultSpeedPooling,
 	}
 }
@@ -303,7 +316,7 @@ func (c *ProfileConfig) Validate() error {
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale_after %v is negative", c.StaleAfter))
 	}
-	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 || c.Saturation.SheddableWait < 0 {
+	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 || c.Saturation.SheddableWait < 0 || c.Saturation.SlowerGPUWait < 0 {
 		errs = append(errs, errors.New("saturation thresholds must not be negative"))
 	}
 	if !(c.SpeedPooling >= 0 && c.SpeedPooling <= 1) {
@@ -337,6 +350,7 @@ type saturationOverlay struct {
 	KVThreshold    float64        `yaml:"kv_threshold"`
 	PrefillWait    *time.Duration `yaml:"prefill_wait"`
 	SheddableWait  *time.Duration `yaml:"sheddable_wait"`
+	SlowerGPUWait  *time.Duration `yaml:"slower_gpu_wait"`
 }
 
 type scorerOverlay struct {
@@ -398,6 +412,9 @@ func (c *ProfileConfig) UnmarshalYAML(n *yaml.Node) error {
 		}
 		if o.Saturation.SheddableWait != nil {
 			base.Saturation.SheddableWait = *o.Saturation.SheddableWait
+		}
+		if o.Saturation.SlowerGPUWait != nil {
+			base.Saturation.SlowerGPUWait = *o.Saturation.SlowerGPUWait
 		}
 	}
 	if o.SpeedPooling != nil {

@@ -120,10 +120,11 @@ type profile struct {
 
 // cycle is the reusable per-Schedule scratch.
 type cycle struct {
-	cs    cycleState
-	names []string
-	match []int
-	idx   []int32
+	cs     cycleState
+	slower slowerClasses
+	names  []string
+	match  []int
+	idx    []int32
 }
 
 // NewScheduler builds a scheduler for cfg. A zero ProfileConfig means
@@ -268,18 +269,45 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	// scorers'; a busy filter on the candidates, measured, hurt
 	// multi-turn chat (turns sent away from their cached history).
 	var prior speedPrior // for pods without a learned speed; none known: not busy
-	if p.sat.waitFor(req) > 0 {
+	wait := p.sat.waitFor(req)
+	if wait > 0 {
 		prior = newSpeedPrior(cands, 0, p.cfg.SpeedPooling)
 	}
 	busy := false
-	for _, pod := range cands {
+	slowerReady := false
+	for i, pod := range cands {
 		if p.sat.Saturated(pod) {
 			continue
 		}
-		if !p.sat.BusyFor(req, pod, prior.of(pod)) {
-			return nil
+		if p.sat.BusyFor(req, pod, prior.of(pod)) {
+			busy = true
+			continue
 		}
-		busy = true
+		// A slower hardware class is busy for this request once the wait
+		// there (its queue plus the request's own extra prefill time
+		// against the fastest class) reaches slower_gpu_wait: otherwise an
+		// idle slow pod keeps the router from holding the request for a
+		// fast one (a 2,000-token prompt takes ~0.9 s on an A10G, ~0.1 s on
+		// an H100). Sheddable (batch) requests still go to slow pods.
+		if wait > 0 && p.cfg.Saturation.SlowerGPUWait > 0 && !req.Sheddable {
+			if !slowerReady {
+				c.slower.init(cands, &prior)
+				slowerReady = true
+			}
+			if extra, v := c.slower.extra(pod), prior.of(pod); extra > 0 && v > 0 {
+				var matched []int
+				if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
+					matched = c.cs.prefixMatch(s.opts.Tracker, req, cands)
+				}
+				own := uncachedTokens(req, matched, i) * extra
+				limit := max(wait, p.cfg.Saturation.SlowerGPUWait).Seconds()
+				if float64(pod.InFlightUncachedTokens)/v+own >= limit {
+					busy = true
+					continue
+				}
+			}
+		}
+		return nil
 	}
 	if busy {
 		res.Busy = true
