@@ -359,9 +359,9 @@ func TestMemoryBoundPodsAvoided(t *testing.T) {
 	}
 }
 
-// On a mixed fleet the default holds a long prompt for a busy H100 rather
-// than sending it to an idle A10G, where it takes a second or more longer
-// (saturation.slower_gpu_wait). Mooncake's conversation trace, a training
+// On a mixed fleet saturation.slower_gpu_wait (1 s, opt-in) holds a long
+// prompt for a busy H100 rather than sending it to an idle A10G, where it
+// takes a second or more longer. Mooncake's conversation trace, a training
 // window (minutes 20-30), on 4 H100 + 4 A10G; skipped without the trace.
 func TestLongPromptsHeldForFasterGPUs(t *testing.T) {
 	if testing.Short() {
@@ -388,10 +388,10 @@ func TestLongPromptsHeldForFasterGPUs(t *testing.T) {
 		return long, stats.Percentile(out.TTFT, 99)
 	}
 	on := mustPolicy(t, PolicyInfergate)
+	prof := on.Profile.Clone()
+	prof.Saturation.SlowerGPUWait = time.Second
+	on.Profile = &prof
 	off := mustPolicy(t, PolicyInfergate)
-	prof := off.Profile.Clone()
-	prof.Saturation.SlowerGPUWait = 0
-	off.Profile = &prof
 	withRule, p99With := onA10G(on)
 	without, p99Without := onA10G(off)
 	t.Logf("prompts of %d+ tokens sent to an A10G: %d with slower_gpu_wait, %d without; P99 TTFT %.0f against %.0f ms", longTokens, withRule, without, p99With, p99Without)

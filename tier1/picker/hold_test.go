@@ -131,11 +131,11 @@ func TestProfileHoldYAML(t *testing.T) {
 	if c, err := ParseProfile("t", []byte("saturation: {sheddable_wait: 100ms}\n")); err != nil || c.Saturation.SheddableWait != 100*time.Millisecond || c.Saturation.PrefillWait != DefaultPrefillWait {
 		t.Fatalf("sheddable_wait: %+v %v", c.Saturation, err)
 	}
-	if c, err := ParseProfile("t", []byte("saturation: {slower_gpu_wait: 0s}\n")); err != nil || c.Saturation.SlowerGPUWait != 0 || c.Saturation.PrefillWait != DefaultPrefillWait {
-		t.Fatalf("slower_gpu_wait 0 does not turn it off: %+v %v", c.Saturation, err)
+	if c, err := ParseProfile("t", []byte("saturation: {slower_gpu_wait: 1s}\n")); err != nil || c.Saturation.SlowerGPUWait != time.Second || c.Saturation.PrefillWait != DefaultPrefillWait {
+		t.Fatalf("slower_gpu_wait: %+v %v", c.Saturation, err)
 	}
-	if DefaultProfile().Saturation.SlowerGPUWait != DefaultSlowerGPUWait || GIEDefaultProfile().Saturation.SlowerGPUWait != 0 {
-		t.Fatal("slower_gpu_wait defaults")
+	if DefaultProfile().Saturation.SlowerGPUWait != 0 || GIEDefaultProfile().Saturation.SlowerGPUWait != 0 {
+		t.Fatal("slower_gpu_wait is opt-in")
 	}
 	if c, err := ParseProfile("t", []byte("base: gie\n")); err != nil || c.Saturation.PrefillWait != 0 {
 		t.Fatalf("GIE's profile holds: %v %v", c.Saturation.PrefillWait, err)
@@ -149,12 +149,14 @@ func TestProfileHoldYAML(t *testing.T) {
 
 func TestHoldExampleProfiles(t *testing.T) {
 	tests := []struct {
-		file  string
-		wait  time.Duration
-		order float64
+		file   string
+		wait   time.Duration
+		order  float64
+		slower time.Duration
 	}{
-		{"picker-no-hold.yaml", 0, 0},
-		{"picker-shortest-prefill.yaml", DefaultPrefillWait, 4},
+		{"picker-no-hold.yaml", 0, 0, 0},
+		{"picker-shortest-prefill.yaml", DefaultPrefillWait, 4, 0},
+		{"picker-hold-for-fast-gpus.yaml", DefaultPrefillWait, 0, time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -166,8 +168,8 @@ func TestHoldExampleProfiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Saturation.PrefillWait != tt.wait || c.WaitOrder.ShortestPrefill != tt.order {
-				t.Fatalf("prefill_wait %v, shortest_prefill %v", c.Saturation.PrefillWait, c.WaitOrder.ShortestPrefill)
+			if c.Saturation.PrefillWait != tt.wait || c.WaitOrder.ShortestPrefill != tt.order || c.Saturation.SlowerGPUWait != tt.slower {
+				t.Fatalf("prefill_wait %v, shortest_prefill %v, slower_gpu_wait %v", c.Saturation.PrefillWait, c.WaitOrder.ShortestPrefill, c.Saturation.SlowerGPUWait)
 			}
 		})
 	}

@@ -72,8 +72,10 @@ type SaturationConfig struct {
 	// time there, against the fastest class's mean speed, reaches
 	// max(PrefillWait, SlowerGPUWait): on a mixed fleet an idle slow pod
 	// no longer stops the router from holding a request for a fast one.
-	// Pods of no known class are judged by PrefillWait alone. The default
-	// profile's is DefaultSlowerGPUWait; 0 = off.
+	// Pods of no known class are judged by PrefillWait alone. 0 = off, the
+	// default: on fleets whose slow class is a large share of the capacity
+	// it starves that class under overload (docs/benchmarks.md, "Holding
+	// for a faster GPU"); examples/picker-hold-for-fast-gpus.yaml sets 1s.
 	SlowerGPUWait time.Duration `yaml:"slower_gpu_wait"`
 }
 
@@ -121,10 +123,6 @@ const (
 	// chosen with the routing benchmark on its training seeds
 	// (docs/benchmarks.md, "Admission order and holding").
 	DefaultPrefillWait = 250 * time.Millisecond
-	// DefaultSlowerGPUWait is the default profile's
-	// saturation.slower_gpu_wait, chosen with the routing benchmark on its
-	// training windows (docs/benchmarks.md, "Holding for a faster GPU").
-	DefaultSlowerGPUWait = time.Second
 	// DefaultSpeedPooling is the default profile's speed_pooling, chosen
 	// with the routing benchmark on its training seeds (docs/benchmarks.md,
 	// "Pooled prefill speeds").
@@ -156,7 +154,7 @@ func DefaultProfile() ProfileConfig {
 		Picker:       PickerMaxScore,
 		StaleAfter:   DefaultStaleAfter,
 		MaxRanked:    DefaultMaxRanked,
-		Saturation:   SaturationConfig{QueueThreshold: DefaultQueueThreshold, KVThreshold: DefaultKVThreshold, PrefillWait: DefaultPrefillWait, SlowerGPUWait: DefaultSlowerGPUWait},
+		Saturation:   SaturationConfig{QueueThreshold: DefaultQueueThreshold, KVThreshold: DefaultKVThreshold, PrefillWait: DefaultPrefillWait},
 		SpeedPooling: DefaultSpeedPooling,
 	}
 }
