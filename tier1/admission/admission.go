@@ -119,8 +119,7 @@ func Decide(req *picker.Request, schedErr error) Decision {
 		return Decision{Action: Dispatch}
 	case errors.Is(schedErr, picker.ErrSaturated):
 		if req.Sheddable {
-			return Decision{Action: Shed, Status: http.StatusTooManyRequests, Code: "pool_saturated",
-				Message: "every model server of this model is saturated; retry later", RetryAfter: ShedRetryAfter}
+			return shed("every model server of this model is saturated; retry later")
 		}
 		return Decision{Action: Wait}
 	case errors.Is(schedErr, picker.ErrBusy):
@@ -130,8 +129,7 @@ func Decide(req *picker.Request, schedErr error) Decision {
 		// held and later standard and critical requests on those pods: it
 		// is shed (the scheduler judged busy at saturation.sheddable_wait).
 		if req.Sheddable {
-			return Decision{Action: Shed, Status: http.StatusTooManyRequests, Code: "pool_saturated",
-				Message: "every model server of this model has a full prefill queue; retry later", RetryAfter: ShedRetryAfter}
+			return shed("every model server of this model has a full prefill queue; retry later")
 		}
 		return Decision{Action: Wait}
 	case errors.Is(schedErr, picker.ErrNoCandidates):
@@ -145,6 +143,11 @@ func Decide(req *picker.Request, schedErr error) Decision {
 			Message: "request timed out waiting for capacity"}
 	}
 	return Decision{Action: Fail, Status: http.StatusServiceUnavailable, Code: "scheduling_failed", Message: schedErr.Error()}
+}
+
+// shed refuses a sheddable request: 429 pool_saturated with Retry-After.
+func shed(msg string) Decision {
+	return Decision{Action: Shed, Status: http.StatusTooManyRequests, Code: "pool_saturated", Message: msg, RetryAfter: ShedRetryAfter}
 }
 
 // Arrive is the decision on arrival, before scheduling. waitersAhead is

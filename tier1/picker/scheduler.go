@@ -274,38 +274,17 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 		prior = newSpeedPrior(cands, 0, p.cfg.SpeedPooling)
 	}
 	busy := false
-	slowerReady := false
+	// Sheddable (batch) requests may use slower GPUs whatever the wait.
+	slower := wait > 0 && p.cfg.Saturation.SlowerGPUWait > 0 && !req.Sheddable
+	slowerLimit := max(wait, p.cfg.Saturation.SlowerGPUWait)
+	c.slower.ready = false
 	for i, pod := range cands {
 		if p.sat.Saturated(pod) {
 			continue
 		}
-		if p.sat.BusyFor(req, pod, prior.of(pod)) {
+		if p.sat.BusyFor(req, pod, prior.of(pod)) || slower && s.busyOnSlowerGPU(c, req, cands, i, &prior, slowerLimit) {
 			busy = true
 			continue
-		}
-		// A slower hardware class is busy for this request once the wait
-		// there (its queue plus the request's own extra prefill time
-		// against the fastest class) reaches slower_gpu_wait: otherwise an
-		// idle slow pod keeps the router from holding the request for a
-		// fast one (a 2,000-token prompt takes ~0.9 s on an A10G, ~0.1 s on
-		// an H100). Sheddable (batch) requests still go to slow pods.
-		if wait > 0 && p.cfg.Saturation.SlowerGPUWait > 0 && !req.Sheddable {
-			if !slowerReady {
-				c.slower.init(cands, &prior)
-				slowerReady = true
-			}
-			if extra, v := c.slower.extra(pod), prior.of(pod); extra > 0 && v > 0 {
-				var matched []int
-				if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
-					matched = c.cs.prefixMatch(s.opts.Tracker, req, cands)
-				}
-				own := uncachedTokens(req, matched, i) * extra
-				limit := max(wait, p.cfg.Saturation.SlowerGPUWait).Seconds()
-				if float64(pod.InFlightUncachedTokens)/v+own >= limit {
-					busy = true
-					continue
-				}
-			}
 		}
 		return nil
 	}
@@ -315,6 +294,29 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	}
 	res.Saturated = true
 	return ErrSaturated
+}
+
+// busyOnSlowerGPU reports whether cands[i], of a slower hardware class
+// than the fastest candidates', is busy for req by
+// saturation.slower_gpu_wait: its queue plus req's own extra prefill time
+// there against the fastest class reaches limit. Without it an idle slow
+// pod keeps the router from holding a request for a fast one (a
+// 2,000-token prompt takes ~0.9 s on an A10G, ~0.1 s on an H100). The
+// class means are computed once per cycle, on the first call.
+func (s *Scheduler) busyOnSlowerGPU(c *cycle, req *Request, cands []*Pod, i int, prior *speedPrior, limit time.Duration) bool {
+	if !c.slower.ready {
+		c.slower.init(cands, prior)
+	}
+	pod := cands[i]
+	extra, v := c.slower.extra(pod), prior.of(pod)
+	if !(extra > 0 && v > 0) {
+		return false
+	}
+	var matched []int
+	if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
+		matched = c.cs.prefixMatch(s.opts.Tracker, req, cands)
+	}
+	return float64(pod.InFlightUncachedTokens)/v+uncachedTokens(req, matched, i)*extra >= limit.Seconds()
 }
 
 // PrefillSpeeds appends to out, for each of pods (as Tracker.Apply filled

@@ -115,6 +115,18 @@ func (c *speedClasses) find(p *Pod, add bool) int {
 	return i
 }
 
+// add counts speed v for p's class (nothing when p has no class or no
+// slot is left).
+func (c *speedClasses) add(p *Pod, v float64) {
+	if k := c.find(p, true); k >= 0 {
+		c.sum[k] += v
+		c.n[k]++
+	}
+}
+
+// mean is class k's mean speed; k must have a speed counted.
+func (c *speedClasses) mean(k int) float64 { return c.sum[k] / float64(c.n[k]) }
+
 // newSpeedPrior is the prior over one cycle's candidates, def the speed
 // assumed when nothing is learned and pool the class-pooling weight.
 func newSpeedPrior(pods []*Pod, def, pool float64) speedPrior {
@@ -126,10 +138,7 @@ func newSpeedPrior(pods []*Pod, def, pool float64) speedPrior {
 		s.maxPeak = max(s.maxPeak, peak)
 		if v := p.PrefillTokensPerSec; v > 0 {
 			if s.pool > 0 {
-				if k := s.classes.find(p, true); k >= 0 {
-					s.classes.sum[k] += v
-					s.classes.n[k]++
-				}
+				s.classes.add(p, v)
 			}
 			sum += v
 			known++
@@ -155,7 +164,7 @@ func (s *speedPrior) of(p *Pod) float64 {
 	if v := p.PrefillTokensPerSec; v > 0 {
 		if s.pool > 0 {
 			if k := s.classes.find(p, false); k >= 0 && s.classes.n[k] >= 2 {
-				return (1-s.pool)*v + s.pool*s.classes.sum[k]/float64(s.classes.n[k])
+				return (1-s.pool)*v + s.pool*s.classes.mean(k)
 			}
 		}
 		return v
@@ -180,22 +189,20 @@ func (s *speedPrior) of(p *Pod) float64 {
 type slowerClasses struct {
 	classes speedClasses
 	fastest float64 // the fastest class's mean speed, tokens/s
+	ready   bool    // init ran this cycle
 }
 
 // init computes the class means of prior's speeds over pods.
 func (s *slowerClasses) init(pods []*Pod, prior *speedPrior) {
-	s.classes, s.fastest = speedClasses{}, 0
+	*s = slowerClasses{ready: true}
 	for _, p := range pods {
 		if v := prior.of(p); v > 0 {
-			if k := s.classes.find(p, true); k >= 0 {
-				s.classes.sum[k] += v
-				s.classes.n[k]++
-			}
+			s.classes.add(p, v)
 		}
 	}
 	for k := range s.classes.len {
 		if s.classes.n[k] > 0 {
-			s.fastest = max(s.fastest, s.classes.sum[k]/float64(s.classes.n[k]))
+			s.fastest = max(s.fastest, s.classes.mean(k))
 		}
 	}
 }
@@ -207,6 +214,5 @@ func (s *slowerClasses) extra(p *Pod) float64 {
 	if k < 0 || s.classes.n[k] == 0 || s.fastest <= 0 {
 		return 0
 	}
-	v := s.classes.sum[k] / float64(s.classes.n[k])
-	return max(0, 1/v-1/s.fastest)
+	return max(0, 1/s.classes.mean(k)-1/s.fastest)
 }
