@@ -45,7 +45,12 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 				p.lastScrape = now
 			}
 			if tc.Ahead {
+				// It waits because a request like the newcomer's, but not
+				// sheddable, was held at the last look.
 				s.queue.Push(tc.AheadPrio, 99)
+				ahead := *s.states[0].preq
+				ahead.Sheddable, ahead.Priority = false, tc.AheadPrio
+				s.pass.Held(s.sched.HoldKey(&ahead))
 			}
 			if got := s.arrival(now, 0).Action; got != tc.Want {
 				t.Errorf("decision %v, want %v", got, tc.Want)

@@ -209,6 +209,7 @@ type sim struct {
 
 	states []reqState
 	queue  admission.Queue[int] // request indices waiting in the router
+	pass   admission.Pass       // the queue's current pass (drainQueue)
 	// wakePending: a wake of the wait queues is scheduled (wakeOnFirstToken).
 	wakePending bool
 	finished    int
@@ -472,9 +473,13 @@ func (s *sim) arrive(now time.Duration, i int) {
 // now and decide.
 func (s *sim) arrival(now time.Duration, i int) admission.Decision {
 	req := s.states[i].preq
-	d := admission.Arrive(req, s.queue.Ahead(req.Priority))
+	key, keyed := s.sched.HoldKey(req)
+	d := admission.Arrive(req, s.queue.Ahead(req.Priority) && s.pass.Blocks(req, key, keyed))
 	if d.Action == admission.Schedule {
 		d = admission.Decide(req, s.schedule(now, i))
+		if d.Action == admission.Wait {
+			s.pass.Held(key, keyed)
+		}
 	}
 	return d
 }
@@ -512,25 +517,31 @@ func (s *sim) waitKey(now time.Duration, i int) time.Duration {
 }
 
 // drainQueue is Tier 1's wait queue at a scrape (Tier 1 wakes its queue on
-// every scrape): the head is scheduled again until one must still wait;
-// then every waiter whose bound has passed goes to the best pod anyway.
+// every scrape): one admission.Pass in queue order, each waiter scheduled
+// unless one with its HoldKey was already held in the pass; then every
+// waiter whose bound has passed goes to the best pod anyway.
 func (s *sim) drainQueue(now time.Duration) {
-	for s.err == nil {
-		i, ok := s.queue.Head()
-		if !ok {
-			return
-		}
-		err := s.schedule(now, i)
-		d := admission.Decide(s.states[i].preq, err)
-		if s.expired(now, i) {
-			d = admission.Expired(s.states[i].preq, err)
-		}
-		if d.Action == admission.Wait {
+	s.pass.Start()
+	for _, i := range s.queue.All() {
+		if s.err != nil {
 			break
 		}
-		s.queue.Remove(i)
-		s.apply(now, i, d)
+		req := s.states[i].preq
+		if key, keyed := s.sched.HoldKey(req); !s.pass.Skip(key, keyed) {
+			err := s.schedule(now, i)
+			d := admission.Decide(req, err)
+			if s.expired(now, i) {
+				d = admission.Expired(req, err)
+			}
+			if d.Action == admission.Wait {
+				s.pass.Held(key, keyed)
+			} else {
+				s.queue.Remove(i)
+				s.apply(now, i, d)
+			}
+		}
 	}
+	s.pass.End()
 	for _, i := range s.queue.All() {
 		if s.err != nil || !s.expired(now, i) {
 			continue

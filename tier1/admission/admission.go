@@ -9,8 +9,8 @@
 //     text: prefix block hashes (tier1/prefix, seeded by the model and any
 //     cache_salt) and the prompt-token estimate (bytes/4).
 //  2. Arrive decides whether the request may be scheduled now or must join
-//     the wait queue behind requests of equal or higher priority (a
-//     sheddable one is shed instead).
+//     the wait queue behind requests of equal or higher priority that were
+//     held (a sheddable one is shed instead); see Pass.
 //  3. The caller runs picker.Scheduler.ScheduleInto.
 //  4. Decide maps the scheduler's answer to a Decision: dispatch, wait
 //     (every pod saturated, or busy with queued prefill when the profile
@@ -20,9 +20,11 @@
 //     waiter's bounded wait runs out.
 //
 // Queue is the wait queue's order (priority descending, then Order within
-// a priority: arrival, or shortest prefill with aging) without any
-// locking or clock, so the gateway wraps it with a mutex and wake-ups and
-// the benchmark drives it from virtual time.
+// a priority: arrival, or shortest prefill with aging) and Pass the order
+// in which waiters re-run the scheduler after a wake (every waiter in
+// turn, skipping those that one held earlier in the pass stands for),
+// without any locking or clock, so the gateway wraps them with a mutex
+// and wake-ups and the benchmark drives them from virtual time.
 //
 // Nothing here does I/O or reads a clock or a lock, so the same inputs
 // give the same Decision in the proxy, in Pick and in the benchmark.
@@ -150,14 +152,15 @@ func shed(msg string) Decision {
 	return Decision{Action: Shed, Status: http.StatusTooManyRequests, Code: "pool_saturated", Message: msg, RetryAfter: ShedRetryAfter}
 }
 
-// Arrive is the decision on arrival, before scheduling. waitersAhead is
-// Queue.Ahead(req.Priority): someone of equal or higher priority already
-// waits, so the pool was saturated (or, when the profile holds, busy) at
-// the last look and the newcomer queues behind them (or is shed, if
-// sheddable) instead of jumping the line. Otherwise the Action is
-// Schedule.
-func Arrive(req *picker.Request, waitersAhead bool) Decision {
-	if !waitersAhead {
+// Arrive is the decision on arrival, before scheduling. blocked is
+// Queue.Ahead(req.Priority) && Pass.Blocks(req, …): someone of equal or
+// higher priority already waits, and a request like this one was held at
+// the last look (or the waiters ahead have not had their turn since the
+// pods changed, or this one is sheddable), so the newcomer queues behind
+// them (or is shed, if sheddable) instead of jumping the line. Otherwise
+// the Action is Schedule.
+func Arrive(req *picker.Request, blocked bool) Decision {
+	if !blocked {
 		return Decision{Action: Schedule}
 	}
 	return Decide(req, picker.ErrSaturated)

@@ -207,3 +207,86 @@ func TestPromptBlocks(t *testing.T) {
 		}
 	}
 }
+
+func TestQueueAfter(t *testing.T) {
+	var q Queue[string]
+	for _, v := range []string{"a", "b", "c", "d"} {
+		q.Push(0, v)
+	}
+	skipC := func(v string) bool { return v == "c" }
+	none := func(string) bool { return false }
+	for _, tc := range []struct {
+		from string
+		skip func(string) bool
+		want string
+		ok   bool
+	}{
+		{"a", none, "b", true},
+		{"b", skipC, "d", true},
+		{"d", none, "", false},
+		{"c", func(string) bool { return true }, "", false},
+		{"x", none, "", false}, // not waiting
+	} {
+		if got, ok := q.After(tc.from, tc.skip); got != tc.want || ok != tc.ok {
+			t.Errorf("After(%s) = %q, %v; want %q, %v", tc.from, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A Pass schedules each kind of waiter once per wake, keyless ones up to
+// PassScan, and blocks a newcomer while a pass is open, when its kind
+// was held since the last wake, or when it is sheddable.
+func TestPass(t *testing.T) {
+	a := picker.HoldKey{Model: "m", Adapter: "a"}
+	b := picker.HoldKey{Model: "m", Adapter: "b"}
+	std := &picker.Request{}
+	var p Pass
+	for _, tc := range []struct {
+		name  string
+		req   *picker.Request
+		key   picker.HoldKey
+		keyed bool
+		want  bool
+	}{
+		{"nothing held", std, a, true, false},
+		{"keyless", std, picker.HoldKey{}, false, false},
+		{"sheddable", &picker.Request{Sheddable: true}, a, true, true},
+	} {
+		if got := p.Blocks(tc.req, tc.key, tc.keyed); got != tc.want {
+			t.Errorf("zero Pass: Blocks(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	p.Start()
+	if !p.Open() || !p.Blocks(std, b, true) || !p.Blocks(std, picker.HoldKey{}, false) {
+		t.Error("an open pass does not block newcomers")
+	}
+	if p.Skip(a, true) {
+		t.Error("skips a kind not held yet")
+	}
+	p.Held(a, true)
+	if !p.Skip(a, true) || p.Skip(b, true) {
+		t.Error("Skip: want a skipped, b not")
+	}
+	for i := 0; i < PassScan; i++ {
+		if p.Skip(picker.HoldKey{}, false) {
+			t.Fatalf("keyless waiter %d skipped before PassScan cycles", i)
+		}
+		p.Held(picker.HoldKey{}, false)
+	}
+	if !p.Skip(picker.HoldKey{}, false) {
+		t.Error("keyless waiters scheduled beyond PassScan")
+	}
+	p.End()
+	if p.Open() {
+		t.Error("open after End")
+	}
+	if !p.Blocks(std, a, true) || p.Blocks(std, b, true) || p.Blocks(std, picker.HoldKey{}, false) {
+		t.Error("after the pass: want only kind a blocked")
+	}
+	p.Start() // a wake: nothing held stands
+	p.End()
+	if p.Blocks(std, a, true) || p.Skip(a, true) || p.Skip(picker.HoldKey{}, false) {
+		t.Error("a held kind or the scan count outlived the next Start")
+	}
+}

@@ -30,6 +30,7 @@ type fakePod struct {
 	waiting  int
 	kv       float64
 	models   []string // ids; adapters are "name:parent"
+	metrics  string   // more exposition lines for /metrics
 	handler  http.HandlerFunc
 	lastReq  *http.Request
 	lastBody []byte
@@ -57,7 +58,7 @@ func (p *fakePod) serve(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting %d\n"+
 			"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"+
-			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc %g\n", p.waiting, p.kv)
+			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc %g\n%s", p.waiting, p.kv, p.metrics)
 		p.mu.Unlock()
 		return
 	case "/v1/models":

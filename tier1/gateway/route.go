@@ -64,9 +64,13 @@ func (g *Gateway) admit(ctx context.Context, st *state, pool *poolState, req *pi
 // arrival is the decision for a request that just arrived: queue behind
 // waiters of equal or higher priority, or schedule now and decide.
 func (g *Gateway) arrival(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
-	d := admission.Arrive(req, pool.queue.ahead(req.Priority))
+	key, keyed := g.sched.HoldKey(req)
+	d := admission.Arrive(req, pool.queue.blocked(req, key, keyed))
 	if d.Action == admission.Schedule {
 		d = admission.Decide(req, g.schedule(ctx, st, pool, req, cb))
+		if d.Action == admission.Wait {
+			pool.queue.held(key, keyed)
+		}
 	}
 	return d
 }
@@ -92,7 +96,8 @@ func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolStat
 		g.snapshot(st, pool, req, cb)
 		prefill = g.sched.PrefillTime(req, cb.ptrs)
 	}
-	w, ok := q.enter(req.Priority, order, prefill, st.cfg.Queue.MaxLen)
+	key, keyed := g.sched.HoldKey(req)
+	w, ok := q.enter(req.Priority, key, keyed, order, prefill, st.cfg.Queue.MaxLen)
 	if !ok {
 		// Queue full: the best pod now, as if the wait had run out.
 		return admission.Expired(req, g.schedule(ctx, st, pool, req, cb))
@@ -111,15 +116,16 @@ func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolStat
 	tick := time.NewTicker(max(st.cfg.Scrape.Interval, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
-		head, wake := q.isHead(w)
-		if head {
+		if q.myTurn(w) {
 			if d := admission.Decide(req, g.schedule(ctx, st, pool, req, cb)); d.Action != admission.Wait {
 				return d
 			}
+			q.heldAgain(w)
 		}
 		select {
-		case <-wake:
+		case <-w.turn:
 		case <-tick.C:
+			q.poll()
 		case <-deadline.C:
 			return admission.Expired(req, g.schedule(ctx, st, pool, req, cb))
 		case <-ctx.Done():

@@ -30,7 +30,13 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 			req := &picker.Request{ID: "x", Model: "llama", BaseModel: "llama", Pool: "llama-pool",
 				Priority: tc.Priority, Sheddable: tc.Sheddable}
 			if tc.Ahead {
-				w, _ := pool.queue.enter(tc.AheadPrio, admission.Order{}, 0, 10)
+				// It waits because a request like the newcomer's, but not
+				// sheddable, was held at the last look.
+				ahead := *req
+				ahead.Sheddable, ahead.Priority = false, tc.AheadPrio
+				key, keyed := e.gw.sched.HoldKey(&ahead)
+				w, _ := pool.queue.enter(tc.AheadPrio, key, keyed, admission.Order{}, 0, 10)
+				pool.queue.held(key, keyed)
 				defer pool.queue.leave(w)
 			}
 			prof := e.gw.sched.Profile()

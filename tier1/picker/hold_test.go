@@ -222,3 +222,35 @@ func TestScheduleBusySlowerGPU(t *testing.T) {
 		})
 	}
 }
+
+// HoldKey is the same for requests that only differ in what the hold
+// decision does not read, and absent when slower_gpu_wait reads the prompt.
+func TestHoldKey(t *testing.T) {
+	s, err := NewScheduler(DefaultProfile(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := &Request{ID: "1", Model: "lora-a", BaseModel: "llama", Adapter: "lora-a", PromptTokens: 10, Priority: 1}
+	r2 := &Request{ID: "2", Model: "lora-a", BaseModel: "llama", Adapter: "lora-a", PromptTokens: 9000, BlockHashes: []uint64{1, 2}}
+	r3 := &Request{ID: "3", Model: "lora-b", BaseModel: "llama", Adapter: "lora-b", PromptTokens: 10}
+	k1, ok1 := s.HoldKey(r1)
+	k2, ok2 := s.HoldKey(r2)
+	k3, _ := s.HoldKey(r3)
+	if !ok1 || !ok2 || k1 != k2 {
+		t.Errorf("same kind: keys %+v %v, %+v %v", k1, ok1, k2, ok2)
+	}
+	if k1 == k3 {
+		t.Error("different adapters share a key")
+	}
+	prof := DefaultProfile()
+	prof.Saturation.SlowerGPUWait = time.Second
+	if err := s.Update(prof); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.HoldKey(r1); ok {
+		t.Error("keyed with slower_gpu_wait on")
+	}
+	if _, ok := s.HoldKey(&Request{Sheddable: true}); !ok {
+		t.Error("sheddable request keyless with slower_gpu_wait (it is exempt from the rule)")
+	}
+}

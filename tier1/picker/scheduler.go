@@ -374,3 +374,23 @@ func clamp01(v float64) float64 {
 	}
 	return math.Min(v, 1)
 }
+
+// HoldKey is what the scheduler's answer to "is every candidate saturated
+// or busy?" reads from a non-sheddable request: the filters' inputs
+// (model, base model, pool, adapter). Two such requests with equal keys,
+// scheduled against the same pods, are both held or both not, so a caller
+// that saw one held can hold the other without a scheduling cycle, until
+// the pods' state changes (see admission.Pass).
+type HoldKey struct {
+	Model, BaseModel, Pool, Adapter string
+}
+
+// HoldKey returns req's HoldKey, and false when the answer also depends on
+// req's own prompt (saturation.slower_gpu_wait reads its uncached tokens),
+// so that no other request's answer stands for it.
+func (s *Scheduler) HoldKey(req *Request) (HoldKey, bool) {
+	if s.prof.Load().cfg.Saturation.SlowerGPUWait > 0 && !req.Sheddable {
+		return HoldKey{}, false
+	}
+	return HoldKey{Model: req.Model, BaseModel: req.BaseModel, Pool: req.Pool, Adapter: req.Adapter}, true
+}
