@@ -20,9 +20,9 @@ type waitQueue struct {
 	mu    sync.Mutex
 	q     admission.Queue[*waiter]
 	pass  admission.Pass
-	turn  *waiter // whose turn it is in the open pass
-	again bool    // woken during the open pass: start another when it ends
-	epoch time.Time
+	turn  *waiter   // whose turn it is in the open pass
+	again bool      // woken during the open pass: start another when it ends
+	epoch time.Time // zero of the queue's keys (monotonic clock)
 }
 
 // waiter is one queued request; its address is its identity.
