@@ -66,6 +66,11 @@ type Options struct {
 	RecordLoad bool
 	// Replicas splits arrivals over several routers (bench/replicas.go).
 	Replicas Replicas
+	// HeadOnlyQueue is the router's wait queue as it was before
+	// admission.Pass, for comparison: a wake re-runs the scheduler for the
+	// head only, and a newcomer behind any waiter of equal or higher
+	// priority queues without a cycle.
+	HeadOnlyQueue bool
 }
 
 // Values of Options.Inputs.
@@ -474,7 +479,7 @@ func (s *sim) arrive(now time.Duration, i int) {
 func (s *sim) arrival(now time.Duration, i int) admission.Decision {
 	req := s.states[i].preq
 	key, keyed := s.sched.HoldKey(req)
-	d := admission.Arrive(req, s.queue.Ahead(req.Priority) && s.pass.Blocks(req, key, keyed))
+	d := admission.Arrive(req, s.queue.Ahead(req.Priority) && (s.opts.HeadOnlyQueue || s.pass.Blocks(req, key, keyed)))
 	if d.Action == admission.Schedule {
 		d = admission.Decide(req, s.schedule(now, i))
 		if d.Action == admission.Wait {
@@ -534,6 +539,9 @@ func (s *sim) drainQueue(now time.Duration) {
 				d = admission.Expired(req, err)
 			}
 			if d.Action == admission.Wait {
+				if s.opts.HeadOnlyQueue {
+					break
+				}
 				s.pass.Held(key, keyed)
 			} else {
 				s.queue.Remove(i)
