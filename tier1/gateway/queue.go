@@ -27,7 +27,6 @@ type waitQueue struct {
 
 // waiter is one queued request; its address is its identity.
 type waiter struct {
-	prio  int
 	key   picker.HoldKey
 	keyed bool
 	turn  chan struct{} // receives when the turn reaches this waiter
@@ -46,7 +45,7 @@ func (q *waitQueue) enter(prio int, key picker.HoldKey, keyed bool, order admiss
 	if q.q.Len() >= maxLen {
 		return nil, false
 	}
-	w := &waiter{prio: prio, key: key, keyed: keyed, turn: make(chan struct{}, 1)}
+	w := &waiter{key: key, keyed: keyed, turn: make(chan struct{}, 1)}
 	// Read under the lock, so keys of arrival order never go back.
 	q.q.PushKey(prio, order.Key(time.Since(q.epoch), prefill), w)
 	if q.pass.Open() {
