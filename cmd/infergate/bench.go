@@ -35,7 +35,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		plots      = fs.String("plots", "", "write SVG plots (TTFT CDF, per-pod load) into this directory")
 		tracePath  = fs.String("trace", "", "replay a trace instead of a scenario: Mooncake .jsonl or Azure .csv")
 		traceName  = fs.String("name", "", "the run's name in reports and plot file names (default: the scenario, or trace:<file name>)")
-		fleetPath  = fs.String("fleet", "", "fleet YAML for --trace (default: 4 H100 + 4 A10G, Llama-3.1-8B)")
+		fleetPath  = fs.String("fleet", "", "fleet YAML: the pods for --trace (default: 4 H100 + 4 A10G, Llama-3.1-8B), or in place of a scenario's own")
 		duration   = fs.Duration("duration", 0, "with --trace: keep arrivals before this (after --rate-scale); with --scenario: override the arrival window")
 		rateScale  = fs.Float64("rate-scale", 1, "multiply the arrival rate (a trace's time is compressed by it)")
 		scrape     = fs.Duration("scrape-interval", bench.DefaultScrapeInterval, "pod metrics scrape interval")
@@ -52,7 +52,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		inputs     = fs.String("inputs", bench.InputsProduction, "scheduling inputs: production (Tier 1's admission.Prompt on generated request text) or engine (oracle token counts and block hashes)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: infergate bench --scenario NAME [flags]")
+		fmt.Fprintln(stderr, "Usage: infergate bench --scenario NAME [--fleet FILE] [--rate-scale X] [flags]")
 		fmt.Fprintln(stderr, "       infergate bench --trace FILE [--fleet FILE] [--duration D] [--rate-scale X] [flags]")
 		fmt.Fprintln(stderr, "\nRuns routing policies side by side on one simulated fleet and one seeded request stream, in virtual time.")
 		fmt.Fprintln(stderr, "\nFlags:")
@@ -170,6 +170,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			s.Duration = *duration
 		}
 		s = s.ScaleRate(*rateScale)
+		if *fleetPath != "" {
+			// The scenario's requests on other pods (say, a mixed fleet),
+			// a question its own fleet cannot answer.
+			if s.Fleet, err = scenario.LoadFleet(*fleetPath); err != nil {
+				return err
+			}
+		}
 		f := s.Fleet
 		f.SetDefaults()
 		name := s.Name

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -187,5 +188,36 @@ func TestBenchSeedBase(t *testing.T) {
 				t.Errorf("%s output lacks %q:\n%s", tt.format, tt.want, out)
 			}
 		})
+	}
+}
+
+// --fleet replaces a scenario's pods (and TTFT SLO), so a scenario's
+// requests can be run on another fleet.
+func TestBenchScenarioFleet(t *testing.T) {
+	fleet := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(fleet, []byte("model: llama-3.1-8b\npods:\n  - gpu: a10g\n    count: 2\nttft_slo: 3s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var own, other struct {
+		SLO      float64 `json:"ttft_slo_ms"`
+		Capacity float64 `json:"capacity_rps"`
+	}
+	if err := json.Unmarshal(runTinyBench(t, "--json"), &own); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(runTinyBench(t, "--json", "--fleet", fleet), &other); err != nil {
+		t.Fatal(err)
+	}
+	if other.SLO != 3000 || own.SLO == 3000 {
+		t.Errorf("TTFT SLO %v ms with --fleet (want 3000), %v without", other.SLO, own.SLO)
+	}
+	// mixed-gpu-8b's own fleet is 4 H100 + 4 A10G; two A10Gs serve far less.
+	if !(other.Capacity > 0 && other.Capacity < own.Capacity/4) {
+		t.Errorf("capacity %v req/s on 2 A10G, %v on the scenario's fleet", other.Capacity, own.Capacity)
+	}
+	var stdout, stderr bytes.Buffer
+	err := runBench(context.Background(), append(slices.Clone(tinyBench), "--fleet", filepath.Join(t.TempDir(), "missing.yaml")), &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing fleet file: error %v", err)
 	}
 }

@@ -60,6 +60,39 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPickSession is BenchmarkPick for requests with a session key:
+// "new" is a session no replica has served (the session-balance scorer
+// counts live sessions and checks the index), "known" one this replica
+// has (a lookup only). 2,000 live sessions are spread over the pods.
+func BenchmarkPickSession(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		for _, kind := range []string{"new", "known"} {
+			b.Run(fmt.Sprintf("pods=%d/%s", n, kind), func(b *testing.B) {
+				s, req, pods := benchFixture(b, n)
+				tr := s.opts.Tracker
+				for i := range 2000 {
+					r := &Request{Session: fmt.Sprint("live-", i)}
+					tr.Dispatched(pods[i%n].Name, r)
+					tr.Done(pods[i%n].Name, r)
+				}
+				req.Session = "live-7"
+				if kind == "new" {
+					req.Session = "never-seen"
+				}
+				var res Result
+				b.ReportAllocs()
+				cpu := startCPU()
+				for b.Loop() {
+					if err := s.ScheduleInto(&res, req, pods); err != nil && err != ErrSaturated {
+						b.Fatal(err)
+					}
+				}
+				cpu.report(b)
+			})
+		}
+	}
+}
+
 // BenchmarkSchedule is BenchmarkPick through Schedule, which returns a fresh
 // Result each time (allocations grow with pods only in bytes, not count).
 func BenchmarkSchedule(b *testing.B) {

@@ -6,6 +6,7 @@ import "math"
 const (
 	ScorerCacheAwareTTFT  = "cache-aware-ttft"
 	ScorerSessionAffinity = "session-affinity"
+	ScorerSessionBalance  = "session-balance"
 )
 
 // cache-aware-ttft parameter names.

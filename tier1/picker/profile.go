@@ -150,6 +150,7 @@ func DefaultProfile() ProfileConfig {
 			{Name: ScorerRunning, Weight: 0.5},
 			{Name: ScorerLoRAAffinity, Weight: 4},
 			{Name: ScorerPredictedLatency, Weight: 5},
+			{Name: ScorerSessionBalance, Weight: 8},
 		},
 		Picker:       PickerMaxScore,
 		StaleAfter:   DefaultStaleAfter,

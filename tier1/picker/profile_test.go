@@ -17,7 +17,7 @@ func TestParseProfile(t *testing.T) {
 	}{
 		{name: "empty is default", in: "", check: func(t *testing.T, c ProfileConfig) {
 			if c.Weight(ScorerPrefix) != 3 || c.Weight(ScorerQueue) != 2 || c.Weight(ScorerPredictedLatency) != 5 ||
-				c.Weight(ScorerLoRAAffinity) != 4 || c.Weight(ScorerRunning) != 0.5 {
+				c.Weight(ScorerLoRAAffinity) != 4 || c.Weight(ScorerRunning) != 0.5 || c.Weight(ScorerSessionBalance) != 8 {
 				t.Errorf("weights %+v", c.Scorers)
 			}
 			if len(c.Filters) != 4 || c.StaleAfter != DefaultStaleAfter || c.Picker != PickerMaxScore {
@@ -25,7 +25,7 @@ func TestParseProfile(t *testing.T) {
 			}
 		}},
 		{name: "override one weight", in: "scorers:\n  - name: prefix\n    weight: 5\n", check: func(t *testing.T, c ProfileConfig) {
-			if c.Weight(ScorerPrefix) != 5 || c.Weight(ScorerKVCache) != 2 || len(c.Scorers) != 6 {
+			if c.Weight(ScorerPrefix) != 5 || c.Weight(ScorerKVCache) != 2 || len(c.Scorers) != 7 {
 				t.Errorf("scorers %+v", c.Scorers)
 			}
 		}},

@@ -124,6 +124,7 @@ type cycle struct {
 	slower slowerClasses
 	names  []string
 	match  []int
+	marker []int // sessionKnown's match, apart from match (cycleState.prefixLen)
 	idx    []int32
 }
 
@@ -187,14 +188,22 @@ func buildProfile(cfg ProfileConfig, opts Options) (*profile, error) {
 	for _, name := range cfg.Filters {
 		p.filters = append(p.filters, filterFactories[name](bc))
 	}
-	for _, sc := range cfg.Scorers {
-		if !sc.On() {
-			continue
+	// Scorers that read the others' weighted sum run after them, in
+	// profile order within each group.
+	for _, late := range []bool{false, true} {
+		for _, sc := range cfg.Scorers {
+			if !sc.On() {
+				continue
+			}
+			bc.params = scorerSpecs[sc.Name].withDefaults(sc.Params)
+			built := scorerSpecs[sc.Name].build(bc)
+			if _, ok := built.(afterOthers); ok != late {
+				continue
+			}
+			p.scorers = append(p.scorers, built)
+			p.names = append(p.names, sc.Name)
+			p.weights = append(p.weights, sc.Weight)
 		}
-		bc.params = scorerSpecs[sc.Name].withDefaults(sc.Params)
-		p.scorers = append(p.scorers, scorerSpecs[sc.Name].build(bc))
-		p.names = append(p.names, sc.Name)
-		p.weights = append(p.weights, sc.Weight)
 	}
 	p.picker = pickerFactories[cfg.Picker](bc)
 	return p, nil
@@ -242,6 +251,7 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	res.flat = grow(res.flat, n*(len(p.scorers)+1))
 	res.Total = res.flat[:n]
 	clear(res.Total)
+	c.cs.total = res.Total // the running sum, for afterOthers scorers
 	for k, sc := range p.scorers {
 		out := res.flat[(k+1)*n : (k+2)*n]
 		clear(out)

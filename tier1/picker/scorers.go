@@ -88,6 +88,7 @@ var scorerSpecs = map[string]scorerSpec{
 	},
 	ScorerCacheAwareTTFT:  cacheAwareSpec,
 	ScorerSessionAffinity: sessionSpec,
+	ScorerSessionBalance:  sessionBalanceSpec,
 	ScorerSizeAware:       sizeAwareSpec,
 }
 

@@ -143,6 +143,11 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		}
 	}
 	t.sessions.record(req.Session, pod)
+	var marker [1]uint64
+	if req.Session != "" {
+		marker[0] = sessionMarker(req.Session)
+		t.idx.Record(pod, marker[:])
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old := t.reqs[req]; old != nil {
@@ -160,6 +165,9 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		// Under the lock, so the observer sees one pod's snapshots in
 		// order; observers must not block (see Observer).
 		o.Dispatched(pod, req.BlockHashes, st.local())
+		if req.Session != "" {
+			o.Dispatched(pod, marker[:], st.local())
+		}
 	}
 }
 

@@ -66,7 +66,7 @@ type Request struct {
 	Pool         string        // if set, only pods of this pool qualify
 	// Session is the client's conversation key (x-session-id header, else
 	// prompt_cache_key, else user), "" for none. Untrusted: it only feeds
-	// the session-affinity score.
+	// the session-affinity and session-balance scores.
 	Session string
 }
 
@@ -121,6 +121,7 @@ type cycleState struct {
 	out         []*Pod // ranker output buffer (Result.Ranked)
 	prefixValid bool   // prefixLen holds Match results for the candidates
 	prefixLen   []int
+	total       []float64 // the weighted sum of the scorers run so far (Result.Total)
 }
 
 func (c *cycleState) reset() { *c = cycleState{} }
@@ -139,6 +140,12 @@ type filter interface {
 type scorer interface {
 	Name() string
 	Score(cs *cycleState, req *Request, pods []*Pod, out []float64)
+}
+
+// afterOthers marks a scorer that reads the weighted sum of the other
+// scorers (cycleState.total); the profile runs it after them.
+type afterOthers interface {
+	afterOthers()
 }
 
 // ranker orders the scored pods best first.
