@@ -47,17 +47,22 @@ func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			s, req, pods := benchFixture(b, n)
-			var res Result
-			b.ReportAllocs()
-			cpu := startCPU()
-			for b.Loop() {
-				if err := s.ScheduleInto(&res, req, pods); err != nil && err != ErrSaturated {
-					b.Fatal(err)
-				}
-			}
-			cpu.report(b)
+			loopPick(b, s, req, pods)
 		})
 	}
+}
+
+// loopPick times ScheduleInto with a reused Result.
+func loopPick(b *testing.B, s *Scheduler, req *Request, pods []*Pod) {
+	var res Result
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		if err := s.ScheduleInto(&res, req, pods); err != nil && err != ErrSaturated {
+			b.Fatal(err)
+		}
+	}
+	cpu.report(b)
 }
 
 // BenchmarkPickSession is BenchmarkPick for requests with a session key:
@@ -79,15 +84,7 @@ func BenchmarkPickSession(b *testing.B) {
 				if kind == "new" {
 					req.Session = "never-seen"
 				}
-				var res Result
-				b.ReportAllocs()
-				cpu := startCPU()
-				for b.Loop() {
-					if err := s.ScheduleInto(&res, req, pods); err != nil && err != ErrSaturated {
-						b.Fatal(err)
-					}
-				}
-				cpu.report(b)
+				loopPick(b, s, req, pods)
 			})
 		}
 	}

@@ -272,20 +272,33 @@ func (cs *cycleState) prefixMatch(t *Tracker, req *Request, pods []*Pod) []int {
 	if cs.prefixValid && len(cs.prefixLen) == len(pods) {
 		return cs.prefixLen
 	}
-	var names []string
 	var buf []int
 	if cs.cyc != nil {
-		names, buf = cs.cyc.names[:0], cs.cyc.match
+		buf = cs.cyc.match
+	}
+	buf = cs.match(t, req.BlockHashes, pods, buf)
+	if cs.cyc != nil {
+		cs.cyc.match = buf
+	}
+	cs.prefixLen, cs.prefixValid = buf, true
+	return buf
+}
+
+// match runs the index's Match of hashes over pods into buf, with the
+// cycle's buffer of pod names when there is a cycle.
+func (cs *cycleState) match(t *Tracker, hashes []uint64, pods []*Pod, buf []int) []int {
+	var names []string
+	if cs.cyc != nil {
+		names = cs.cyc.names[:0]
 	}
 	for _, p := range pods {
 		names = append(names, p.Name)
 	}
-	buf = t.idx.Match(req.BlockHashes, names, buf)
+	buf = t.idx.Match(hashes, names, buf)
 	if cs.cyc != nil {
 		clear(names) // drop string references
-		cs.cyc.names, cs.cyc.match = names[:0], buf
+		cs.cyc.names = names[:0]
 	}
-	cs.prefixLen, cs.prefixValid = buf, true
 	return buf
 }
 

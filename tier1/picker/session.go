@@ -162,24 +162,18 @@ func sessionMarker(session string) uint64 {
 // sessionKnown reports whether this replica served session within the
 // session TTL, or any replica sent one of its turns to one of pods (its
 // marker is in the index).
-// Buffers come from the cycle when there is one.
 func (t *Tracker) sessionKnown(cs *cycleState, session string, pods []*Pod) bool {
 	if _, ok := t.sessions.lookup(session); ok {
 		return true
 	}
-	var names []string
 	var buf []int
 	if cs.cyc != nil {
-		names, buf = cs.cyc.names[:0], cs.cyc.marker
-	}
-	for _, p := range pods {
-		names = append(names, p.Name)
+		buf = cs.cyc.marker
 	}
 	marker := [1]uint64{sessionMarker(session)}
-	buf = t.idx.Match(marker[:], names, buf)
+	buf = cs.match(t, marker[:], pods, buf)
 	if cs.cyc != nil {
-		clear(names) // drop string references
-		cs.cyc.names, cs.cyc.marker = names[:0], buf
+		cs.cyc.marker = buf
 	}
 	for _, n := range buf {
 		if n > 0 {
