@@ -190,23 +190,31 @@ func buildProfile(cfg ProfileConfig, opts Options) (*profile, error) {
 	}
 	// Scorers that read the others' weighted sum run after them, in
 	// profile order within each group.
-	for _, late := range []bool{false, true} {
-		for _, sc := range cfg.Scorers {
-			if !sc.On() {
-				continue
-			}
-			bc.params = scorerSpecs[sc.Name].withDefaults(sc.Params)
-			built := scorerSpecs[sc.Name].build(bc)
-			if _, ok := built.(afterOthers); ok != late {
-				continue
-			}
-			p.scorers = append(p.scorers, built)
-			p.names = append(p.names, sc.Name)
-			p.weights = append(p.weights, sc.Weight)
+	var late []ScorerConfig
+	var lateBuilt []scorer
+	for _, sc := range cfg.Scorers {
+		if !sc.On() {
+			continue
 		}
+		bc.params = scorerSpecs[sc.Name].withDefaults(sc.Params)
+		built := scorerSpecs[sc.Name].build(bc)
+		if _, ok := built.(afterOthers); ok {
+			late, lateBuilt = append(late, sc), append(lateBuilt, built)
+			continue
+		}
+		p.addScorer(sc, built)
+	}
+	for i, sc := range late {
+		p.addScorer(sc, lateBuilt[i])
 	}
 	p.picker = pickerFactories[cfg.Picker](bc)
 	return p, nil
+}
+
+func (p *profile) addScorer(sc ScorerConfig, built scorer) {
+	p.scorers = append(p.scorers, built)
+	p.names = append(p.names, sc.Name)
+	p.weights = append(p.weights, sc.Weight)
 }
 
 // Schedule picks pods for req among pods, which it does not modify. See

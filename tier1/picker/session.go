@@ -280,20 +280,19 @@ func (s *sessionStore) record(session, pod string) {
 	s.expire(now)
 	e, ok := s.m[k]
 	if ok {
-		if e.Value.(*sessionEntry).live {
+		if ent := e.Value.(*sessionEntry); ent.live {
 			s.unlive(e)
 		}
-		ent := e.Value.(*sessionEntry)
-		ent.pod, ent.seen = pod, now
 		s.lru.MoveToFront(e)
 	} else {
 		for s.lru.Len() >= s.opts.Max {
 			s.evict(s.lru.Back())
 		}
-		e = s.lru.PushFront(&sessionEntry{key: k, pod: pod, seen: now})
+		e = s.lru.PushFront(&sessionEntry{key: k})
 		s.m[k] = e
 	}
-	e.Value.(*sessionEntry).live = true
+	ent := e.Value.(*sessionEntry)
+	ent.pod, ent.seen, ent.live = pod, now, true
 	s.live[pod]++
 	if s.oldestLive == nil {
 		s.oldestLive = e

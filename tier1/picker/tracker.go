@@ -136,17 +136,13 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		names[0] = pod
 		m := t.idx.Match(req.BlockHashes, names[:], got[:0])
 		uncached -= int(float64(uncached) * req.cachedFraction(m[0]))
-		if t.rec != nil {
-			t.rec.add(pod, req.BlockHashes)
-		} else {
-			t.idx.Record(pod, req.BlockHashes)
-		}
+		t.record(pod, req.BlockHashes)
 	}
 	t.sessions.record(req.Session, pod)
 	var marker [1]uint64
 	if req.Session != "" {
 		marker[0] = sessionMarker(req.Session)
-		t.idx.Record(pod, marker[:])
+		t.record(pod, marker[:])
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -169,6 +165,16 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 			o.Dispatched(pod, marker[:], st.local())
 		}
 	}
+}
+
+// record puts hashes in the index for pod, through the asynchronous
+// recorder when there is one (it copies them).
+func (t *Tracker) record(pod string, hashes []uint64) {
+	if t.rec != nil {
+		t.rec.add(pod, hashes)
+		return
+	}
+	t.idx.Record(pod, hashes)
 }
 
 // FirstToken records that req's first token arrived ttft after dispatch:
