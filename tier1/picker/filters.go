@@ -75,7 +75,8 @@ type freshFilter struct{ sat SaturationDetector }
 func (freshFilter) Name() string { return FilterFresh }
 
 func (f freshFilter) Filter(_ *cycleState, _ *Request, pods []*Pod) []*Pod {
-	return keepOrAll(pods, func(p *Pod) bool { return !f.sat.Stale(p) })
+	after := f.sat.withDefaults().StaleAfter // once per cycle, not per pod
+	return keepOrAll(pods, func(p *Pod) bool { return p.MetricsAge <= after })
 }
 
 // loraFilter, for adapter requests, keeps pods that have the adapter

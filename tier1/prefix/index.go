@@ -57,6 +57,23 @@ type node struct {
 	// the pod includes the block again; eviction gives such a block a
 	// second chance instead of moving it on every hit.
 	ref uint32
+	// fp is the sum of podMix over this node and the nodes after it in
+	// its hash chain, so the first node's fp fingerprints the set of pods
+	// holding the block. It fills the struct's padding.
+	fp uint32
+}
+
+// podMix spreads a pod id over 32 bits (splitmix64's finaliser). A sum of
+// podMix values fingerprints a set of pods: Match compares the active pods'
+// sum with a chain's instead of walking the chain. Two different sets of the
+// same size have the same sum with probability about 2^-32 per comparison,
+// and then a pod is credited with blocks it may not hold: the index is a
+// hint, and a wrong hint costs one request a cache miss.
+func podMix(id int32) uint32 {
+	z := uint64(id) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return uint32(z ^ (z >> 31))
 }
 
 // head is a hash's chain: first node and length. The length lets Match
@@ -335,7 +352,11 @@ func (s *shard) place(id int32, h uint64, after int32) int32 {
 		}
 	}
 	i := s.alloc()
-	s.nodes[i] = node{hash: h, pod: id, chain: hd.first}
+	fp := podMix(id)
+	if hd.first != nilNode {
+		fp += s.nodes[hd.first].fp
+	}
+	s.nodes[i] = node{hash: h, pod: id, chain: hd.first, fp: fp}
 	s.heads.setAt(slot, h, head{first: i, n: hd.n + 1})
 	s.insertAfter(id, after, i)
 	return i
@@ -448,7 +469,10 @@ func (s *shard) remove(i int32) {
 	case hd.first == i:
 		*hd = head{first: s.nodes[i].chain, n: hd.n - 1}
 	default:
+		// The nodes before i lose i's pod from their fingerprints.
+		mix := podMix(s.nodes[i].pod)
 		for j := hd.first; j != nilNode; j = s.nodes[j].chain {
+			s.nodes[j].fp -= mix
 			if s.nodes[j].chain == i {
 				s.nodes[j].chain = s.nodes[i].chain
 				break
@@ -493,6 +517,7 @@ type matchScratch struct {
 	act  []int32  // active pod ids
 	all  []int32  // every candidate id, to reset pos
 	gen  uint32
+	fp   uint32 // sum of podMix over act
 }
 
 // Match writes to dst[:len(pods)] the number of leading blocks of hashes
@@ -534,12 +559,13 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 		s.pos = make([]int32, x.ids)
 		s.mark = make([]uint32, x.ids)
 	}
-	s.act, s.all = s.act[:0], s.all[:0]
+	s.act, s.all, s.fp = s.act[:0], s.all[:0], 0
 	for j, name := range pods {
 		if id, ok := x.podIDs[name]; ok {
 			if s.pos[id] == 0 {
 				s.act = append(s.act, id)
 				s.all = append(s.all, id)
+				s.fp += podMix(id)
 			}
 			s.pos[id] = int32(j + 1)
 		}
@@ -556,9 +582,11 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 			}
 		}
 		a := s.act[:0]
+		s.fp = 0
 		for _, id := range s.act {
 			if s.mark[id] == s.gen {
 				a = append(a, id)
+				s.fp += podMix(id)
 			} else {
 				dst[s.pos[id]-1] = i
 				s.pos[id] = 0
@@ -572,6 +600,13 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 		hd, ok := sh.heads.get(hashes[i])
 		if !ok || int(hd.n) < k {
 			return false // fewer holders than active pods: no walk needed
+		}
+		if int(hd.n) == k {
+			// As many holders as active pods: they are the same pods if
+			// the fingerprints agree. This is the common case (every pod
+			// a candidate, the active pods holding the last block kept),
+			// and a chain walk touches one scattered node per holder.
+			return sh.nodes[hd.first].fp == s.fp
 		}
 		// Stop at the k-th active holder, or once more than n−k holders
 		// are inactive (then some active pod is missing).
@@ -588,7 +623,11 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 		return false
 	}
 
-	keep(0)
+	// When exactly the candidates hold the first block (a system prompt
+	// every pod has seen), the fingerprint says so without a walk.
+	if hd, ok := x.shardOf(hashes[0]).heads.get(hashes[0]); !ok || int(hd.n) != len(s.act) || !all(0, len(s.act)) {
+		keep(0)
+	}
 	lo := 0
 	for len(s.act) > 0 {
 		k := len(s.act)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -382,4 +383,94 @@ func TestIndexConcurrentSharded(t *testing.T) {
 
 func holds(x *Index, id int32, h uint64) bool {
 	return x.shardOf(h).find(id, h) != nilNode
+}
+
+// checkFingerprints fails unless every node's fp is the sum of podMix over
+// it and the rest of its chain, and every chain's length is its head's n.
+func checkFingerprints(t *testing.T, x *Index) {
+	t.Helper()
+	for si := range x.shards {
+		s := &x.shards[si]
+		for _, sl := range s.heads.slots {
+			if sl.n == 0 {
+				continue
+			}
+			var ids []int32
+			for j := sl.first; j != nilNode; j = s.nodes[j].chain {
+				ids = append(ids, s.nodes[j].pod)
+			}
+			if len(ids) != int(sl.n) {
+				t.Fatalf("chain of %x has %d nodes, head says %d", sl.key, len(ids), sl.n)
+			}
+			var fp uint32
+			j := sl.first
+			for k := range ids {
+				fp = 0
+				for _, id := range ids[k:] {
+					fp += podMix(id)
+				}
+				if s.nodes[j].fp != fp {
+					t.Fatalf("chain of %x, node %d: fp %x, want %x", sl.key, k, s.nodes[j].fp, fp)
+				}
+				j = s.nodes[j].chain
+			}
+		}
+	}
+}
+
+// The fingerprint lives in the node's padding: the node stays 32 bytes, two
+// to a cache line.
+func TestNodeSize(t *testing.T) {
+	if n := unsafe.Sizeof(node{}); n != 32 {
+		t.Fatalf("node is %d bytes, want 32", n)
+	}
+}
+
+// TestIndexFingerprints churns an index (records that evict, pods removed
+// and re-added, so ids are reused) and checks the chain fingerprints and
+// Match against a brute-force scan, on candidate sets that leave out
+// holders: that is when a chain and the active pods have the same size but
+// not the same members, and only the fingerprint tells them apart.
+func TestIndexFingerprints(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	x := NewIndex(IndexOptions{MaxBlocks: 3000, MaxBlocksPerPod: 400})
+	var reqs [][]uint64
+	for i := range 24 {
+		reqs = append(reqs, Hash("m", append(prompt(strings.Repeat("system ", 40), i%3), prompt(strings.Repeat("user ", 30), i)...), 64, 0, nil))
+	}
+	pods := make([]string, 12)
+	for i := range pods {
+		pods[i] = fmt.Sprintf("p%d", i)
+	}
+	for step := range 4000 {
+		switch r.IntN(20) {
+		case 0:
+			x.RemovePod(pods[r.IntN(len(pods))])
+		default:
+			h := reqs[r.IntN(len(reqs))]
+			x.Record(pods[r.IntN(len(pods))], h[:1+r.IntN(len(h))])
+		}
+		if step%50 != 49 {
+			continue
+		}
+		checkFingerprints(t, x)
+		var sub []string
+		for _, p := range pods {
+			if r.IntN(4) != 0 {
+				sub = append(sub, p)
+			}
+		}
+		q := reqs[r.IntN(len(reqs))]
+		got := x.Match(q, sub, nil)
+		for i, p := range sub {
+			id, ok := x.podIDs[p]
+			want := 0
+			for ok && want < len(q) && holds(x, id, q[want]) {
+				want++
+			}
+			if got[i] != want {
+				t.Fatalf("step %d pod %s: Match %d, brute force %d", step, p, got[i], want)
+			}
+		}
+	}
 }
