@@ -625,7 +625,8 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 
 	// When exactly the candidates hold the first block (a system prompt
 	// every pod has seen), the fingerprint says so without a walk.
-	if hd, ok := x.shardOf(hashes[0]).heads.get(hashes[0]); !ok || int(hd.n) != len(s.act) || !all(0, len(s.act)) {
+	sh0 := x.shardOf(hashes[0])
+	if hd, ok := sh0.heads.get(hashes[0]); !ok || int(hd.n) != len(s.act) || sh0.nodes[hd.first].fp != s.fp {
 		keep(0)
 	}
 	lo := 0
