@@ -251,6 +251,7 @@ func TestParsePolicy(t *testing.T) {
 		{PolicyGIEv15, true, false, false},
 		{PolicyLLMD, true, false, false},
 		{PolicyInfergate, true, true, true},
+		{PolicyOracleGreedy, true, false, false},
 		{good, true, true, true},
 		{bad, false, false, false},
 		{"nonsense", false, false, false},
@@ -515,5 +516,21 @@ func TestSessionBalanceSpreadsConversations(t *testing.T) {
 	t.Logf("busiest pod %d turns, P99 TTFT %.0f ms (without session-balance: %d, %.0f ms)", busy, p99, busyOff, p99Off)
 	if float64(busy) > 0.85*float64(busyOff) {
 		t.Errorf("busiest pod %d turns with session-balance, %d without: want at least 15%% fewer", busy, busyOff)
+	}
+}
+
+// TestFleetStepBudget: a pod group's max_num_batched_tokens reaches its
+// engines, and 0 keeps vLLM's default for the GPU.
+func TestFleetStepBudget(t *testing.T) {
+	f := scenario.Fleet{Model: "llama-3.1-8b", Pods: []scenario.PodGroup{{GPU: "h100", Count: 1}, {GPU: "h100", Count: 1, MaxBatchedTokens: 1024}}}
+	f.SetDefaults()
+	for i, want := range []int{8192, 1024} {
+		e, err := podEngine(f, f.Pods[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Config().MaxBatchedTokens; got != want {
+			t.Errorf("group %d: step budget %d, want %d", i, got, want)
+		}
 	}
 }

@@ -145,12 +145,13 @@ func engineConfig(f scenario.Fleet, g scenario.PodGroup) (engine.Config, error) 
 		return engine.Config{}, err
 	}
 	return engine.Config{
-		Model:          m,
-		GPU:            gpu,
-		TensorParallel: g.TensorParallel,
-		MaxNumSeqs:     g.MaxNumSeqs,
-		MaxLoras:       g.MaxLoras,
-		Adapters:       f.Adapters,
+		Model:            m,
+		GPU:              gpu,
+		TensorParallel:   g.TensorParallel,
+		MaxNumSeqs:       g.MaxNumSeqs,
+		MaxLoras:         g.MaxLoras,
+		MaxBatchedTokens: g.MaxBatchedTokens,
+		Adapters:         f.Adapters,
 	}, nil
 }
 
@@ -463,6 +464,10 @@ func (s *sim) arrive(now time.Duration, i int) {
 			return
 		}
 		s.dispatchTo(now, i, s.router.Pick(s.rng, req, s.views))
+		return
+	}
+	if s.pol.Oracle {
+		s.dispatchTo(now, i, s.oraclePick(now, i))
 		return
 	}
 	if s.sched == nil {

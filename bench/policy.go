@@ -28,6 +28,9 @@ type Policy struct {
 	// pickers (gie-v1.5, llm-d), whose prefix index is their own. Run calls
 	// it once per run.
 	NewRouter func() Router
+	// Oracle marks PolicyOracleGreedy, a reference that reads the
+	// simulated engines themselves (bench/oracle.go).
+	Oracle bool
 }
 
 // Built-in policy names.
@@ -79,6 +82,8 @@ func ParsePolicy(name string) (Policy, error) {
 		return Policy{Name: name, Profile: prof(picker.GIEDefaultProfile()), Queue: true}, nil
 	case PolicyInfergate:
 		return Policy{Name: name, Profile: prof(picker.DefaultProfile()), Queue: true}, nil
+	case PolicyOracleGreedy:
+		return Policy{Name: name, Oracle: true}, nil
 	}
 	if _, err := os.Stat(name); err != nil {
 		return Policy{}, fmt.Errorf("unknown policy %q: not one of %s, nor a readable profile file", name, strings.Join(BuiltinPolicies(), ", "))

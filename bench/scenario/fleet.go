@@ -15,6 +15,10 @@ type PodGroup struct {
 	TensorParallel int    `yaml:"tensor_parallel"` // 0 means 1
 	MaxNumSeqs     int    `yaml:"max_num_seqs"`    // 0 means the engine default
 	MaxLoras       int    `yaml:"max_loras"`       // adapter slots, 0 = no LoRA
+	// MaxBatchedTokens is vLLM's --max-num-batched-tokens, the token
+	// budget of one step (0 means the engine default: 8192, 2048 on
+	// GPUs under 70 GB).
+	MaxBatchedTokens int `yaml:"max_num_batched_tokens"`
 }
 
 // Fleet is the simulated pool: one base model on groups of pods. It is also
@@ -55,8 +59,8 @@ func (f *Fleet) Validate() error {
 		if g.Count < 1 {
 			errs = append(errs, fmt.Errorf("pods[%d].count must be ≥ 1", i))
 		}
-		if g.TensorParallel < 1 || g.MaxNumSeqs < 0 || g.MaxLoras < 0 {
-			errs = append(errs, fmt.Errorf("pods[%d]: tensor_parallel must be ≥ 1, max_num_seqs and max_loras ≥ 0", i))
+		if g.TensorParallel < 1 || g.MaxNumSeqs < 0 || g.MaxLoras < 0 || g.MaxBatchedTokens < 0 {
+			errs = append(errs, fmt.Errorf("pods[%d]: tensor_parallel must be ≥ 1, max_num_seqs, max_loras and max_num_batched_tokens ≥ 0", i))
 		}
 	}
 	return errors.Join(errs...)

@@ -125,6 +125,8 @@ func TestLoadFleet(t *testing.T) {
 		{"unknown field", "model: x\npods:\n  - gpu: h100\n    count: 1\n    colour: red\n", false},
 		{"no pods", "model: x\n", false},
 		{"zero count", "model: x\npods:\n  - gpu: h100\n", false},
+		{"step budget", "model: llama-3.1-8b\npods:\n  - gpu: h100\n    count: 2\n    max_num_batched_tokens: 2048\nttft_slo: 1500ms\n", true},
+		{"negative step budget", "model: x\npods:\n  - gpu: h100\n    count: 1\n    max_num_batched_tokens: -1\n", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
