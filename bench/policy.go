@@ -55,9 +55,10 @@ const (
 )
 
 // BuiltinPolicies lists the built-in policy names (the alias gie-default
-// is accepted but not listed).
+// is accepted but not listed). The last, oracle-greedy, is a reference
+// that reads the simulated engines, not a router.
 func BuiltinPolicies() []string {
-	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate}
+	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate, PolicyOracleGreedy}
 }
 
 // ParsePolicy resolves a built-in policy name or the path of a YAML
