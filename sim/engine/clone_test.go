@@ -16,12 +16,7 @@ import (
 // times on both, the final statistics must match, and cloning must not
 // change the original's own transcript.
 func TestCloneReplaysExactly(t *testing.T) {
-	cfg := mustConfig(t, "llama-3.1-8b", "h100", 1)
-	cfg.NumBlocks = 400
-	cfg.MaxNumSeqs = 24
-	cfg.MaxBatchedTokens = 512
-	cfg.MaxLoras = 2
-	cfg.Adapters = []string{"a", "b", "c"}
+	cfg := churnConfig(t)
 	cfg.StepJitter, cfg.JitterSeed, cfg.SpeedFactor = 0.03, 7, 1.02
 
 	type call struct {

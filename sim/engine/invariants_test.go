@@ -75,19 +75,25 @@ func checkInvariants(e *Engine) error {
 	return nil
 }
 
+// churnConfig is a small-KV H100 pod with two LoRA slots for three
+// adapters and small steps: it preempts, loads adapters and evicts often.
+func churnConfig(t testing.TB) Config {
+	cfg := mustConfig(t, "llama-3.1-8b", "h100", 1)
+	cfg.NumBlocks = 400
+	cfg.MaxNumSeqs = 24
+	cfg.MaxBatchedTokens = 512
+	cfg.MaxLoras = 2
+	cfg.Adapters = []string{"a", "b", "c"}
+	return cfg
+}
+
 // TestInvariantsUnderChurn runs a small-KV pod with adapters, shared
 // prefixes, cancellations and preemptions, checking the accounting every
 // 50 ms of simulated time, with and without coalescing.
 func TestInvariantsUnderChurn(t *testing.T) {
 	for _, cap := range []time.Duration{0, time.Nanosecond} {
 		t.Run(fmt.Sprint("coalesce cap ", cap), func(t *testing.T) {
-			cfg := mustConfig(t, "llama-3.1-8b", "h100", 1)
-			cfg.NumBlocks = 400
-			cfg.MaxNumSeqs = 24
-			cfg.MaxBatchedTokens = 512
-			cfg.MaxLoras = 2
-			cfg.Adapters = []string{"a", "b", "c"}
-			e := mustEngine(t, cfg)
+			e := mustEngine(t, churnConfig(t))
 			e.maxCoalesce = cap
 			l := NewLoop()
 			l.Add(e)
