@@ -601,24 +601,18 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 	tracker.Dispatched(name, st.preq)
 	s.out.PodRequests[pi]++
 	arrival := st.w.Arrival
-	er := &engine.Request{
-		ID:           st.w.ID,
-		Adapter:      st.w.Adapter,
-		PromptTokens: st.w.PromptTokens,
-		BlockHashes:  st.w.BlockHashes,
-		MaxTokens:    st.w.OutputTokens,
-		OnFirstToken: func(at time.Duration) {
-			tracker.FirstToken(name, st.preq, at-arrival)
-			s.wakeOnFirstToken(at)
-		},
-		OnDone: func(at time.Duration, res engine.Result) {
-			tracker.Done(name, st.preq)
-			s.finish(at)
-			s.record(arrival, at, res)
-			if s.onDone != nil {
-				s.onDone(i, at, res)
-			}
-		},
+	er := engineRequest(st.w)
+	er.OnFirstToken = func(at time.Duration) {
+		tracker.FirstToken(name, st.preq, at-arrival)
+		s.wakeOnFirstToken(at)
+	}
+	er.OnDone = func(at time.Duration, res engine.Result) {
+		tracker.Done(name, st.preq)
+		s.finish(at)
+		s.record(arrival, at, res)
+		if s.onDone != nil {
+			s.onDone(i, at, res)
+		}
 	}
 	if err := p.eng.Submit(now, er); err != nil {
 		// The pod rejects what it can never serve (too long for its
@@ -626,6 +620,17 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 		tracker.Done(name, st.preq)
 		s.out.Failed++
 		s.finish(now)
+	}
+}
+
+// engineRequest is what a pod's engine is sent for w, without callbacks.
+func engineRequest(w *workload.Request) *engine.Request {
+	return &engine.Request{
+		ID:           w.ID,
+		Adapter:      w.Adapter,
+		PromptTokens: w.PromptTokens,
+		BlockHashes:  w.BlockHashes,
+		MaxTokens:    w.OutputTokens,
 	}
 }
 

@@ -20,13 +20,10 @@ const PolicyOracleGreedy = "oracle-greedy"
 // oraclePick is the pod where request i, sent at now, gets its first token
 // soonest (ties to the lowest index; with step jitter they are rare).
 func (s *sim) oraclePick(now time.Duration, i int) int {
-	w := s.states[i].w
+	r := engineRequest(s.states[i].w)
 	best, bestAt := 0, time.Duration(math.MaxInt64)
 	for k, p := range s.pods {
-		if at, ok := firstTokenIf(p.eng, now, &engine.Request{
-			ID: w.ID, Adapter: w.Adapter, PromptTokens: w.PromptTokens,
-			BlockHashes: w.BlockHashes, MaxTokens: w.OutputTokens,
-		}); ok && at < bestAt {
+		if at, ok := firstTokenIf(p.eng, now, r); ok && at < bestAt {
 			best, bestAt = k, at
 		}
 	}
@@ -34,7 +31,8 @@ func (s *sim) oraclePick(now time.Duration, i int) int {
 }
 
 // firstTokenIf is when r's first token would come if r were submitted to
-// e at now and nothing else arrived: e is cloned, not changed. ok is
+// e at now and nothing else arrived: e is cloned, not changed, and r may
+// be asked again of another engine (its OnFirstToken is replaced). ok is
 // false if e would reject r or never serve it.
 func firstTokenIf(e *engine.Engine, now time.Duration, r *engine.Request) (at time.Duration, ok bool) {
 	c := e.Clone()

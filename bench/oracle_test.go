@@ -23,12 +23,12 @@ func TestOracleGreedyPicksTheEarliestFirstToken(t *testing.T) {
 	predicted := make([]time.Duration, len(st.Requests))
 	dispatched := make([]time.Duration, len(st.Requests))
 	pods := make([]int, len(st.Requests))
-	var byPod [][]time.Duration = make([][]time.Duration, len(s.pods))
+	byPod := make([][]time.Duration, len(s.pods))
 	s.onDispatch = func(i, pod int, now time.Duration) {
 		w := &st.Requests[i]
 		best := time.Duration(-1)
 		for k, p := range s.pods {
-			at, ok := firstTokenIf(p.eng, now, &engine.Request{ID: w.ID, PromptTokens: w.PromptTokens, BlockHashes: w.BlockHashes, MaxTokens: w.OutputTokens})
+			at, ok := firstTokenIf(p.eng, now, engineRequest(w))
 			if !ok {
 				continue
 			}

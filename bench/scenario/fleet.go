@@ -16,8 +16,8 @@ type PodGroup struct {
 	MaxNumSeqs     int    `yaml:"max_num_seqs"`    // 0 means the engine default
 	MaxLoras       int    `yaml:"max_loras"`       // adapter slots, 0 = no LoRA
 	// MaxBatchedTokens is vLLM's --max-num-batched-tokens, the token
-	// budget of one step (0 means the engine default: 8192, 2048 on
-	// GPUs under 70 GB).
+	// budget of one step (0 means the engine default: 8192, or 2048 on
+	// GPUs under 70 GB and on A100s).
 	MaxBatchedTokens int `yaml:"max_num_batched_tokens"`
 }
 
