@@ -215,6 +215,7 @@ type router struct {
 	mu      sync.Mutex
 	applied []gateway.PodConfig
 	changes map[string]time.Time // pod -> when it last left the applied set
+	listed  map[string]bool      // pods that were ever in the applied set
 	wake    chan struct{}
 }
 
@@ -236,7 +237,7 @@ func (c *cluster) startRouter(t testing.TB, ns string, kc gateway.KubernetesConf
 		cancel()
 		t.Fatal(err)
 	}
-	r := &router{gw: gw, changes: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	r := &router{gw: gw, changes: map[string]time.Time{}, listed: map[string]bool{}, wake: make(chan struct{}, 1)}
 	rc := &rest.Config{Host: c.k.Host(), BearerToken: c.k.UserToken, TLSClientConfig: rest.TLSClientConfig{CAData: c.k.CAData()}}
 	r.d, err = kube.New(kc, []string{"llama"}, gw, kube.Options{
 		RestConfig: rc, Recheck: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
@@ -267,11 +268,36 @@ func (r *router) onApply(pods []gateway.PodConfig) {
 			r.changes[old.Name] = now
 		}
 	}
+	for _, p := range pods {
+		r.listed[p.Name] = true
+	}
 	r.applied = pods
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
 	default:
+	}
+}
+
+// waitLeft waits, after pod's termination, until it has left the router's
+// set. A pod the router never listed has nothing to leave: created and
+// terminated between two reconciles (a loaded machine delays watch events
+// by seconds), it was never routable, and after 10 s without it appearing
+// the wait ends. A listed pod still in the set after 60 s is an error.
+func (r *router) waitLeft(t testing.TB, pod string) {
+	start := time.Now()
+	for r.leftAt(pod).IsZero() {
+		r.mu.Lock()
+		listed := r.listed[pod]
+		r.mu.Unlock()
+		switch waited := time.Since(start); {
+		case !listed && waited > 10*time.Second:
+			return
+		case waited > time.Minute:
+			t.Errorf("pod %s still routable %v after its termination", pod, waited.Round(time.Second))
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -703,9 +729,7 @@ func (c *cluster) testChurn(t *testing.T) {
 			c.createPod(t, ns, name, s.ip, app, true)
 			time.Sleep(lifetime)
 			c.terminate(t, ns, name)
-			for r.leftAt(name).IsZero() {
-				time.Sleep(10 * time.Millisecond)
-			}
+			r.waitLeft(t, name)
 			// What a kubelet does after the grace period: the server
 			// stops, the pod object goes.
 			time.Sleep(100 * time.Millisecond)
