@@ -4,12 +4,19 @@
 # 95% confidence intervals, the raw JSON, SVG plots, the exact commands, the
 # commit and the machine. `make bench` runs it after `make build`.
 #
+# Only what the docs display or link is written under docs/: each run's JSON
+# report and its TTFT CDF plot ($BENCH_DOCS). Everything else (per-pod load
+# plots, the sensitivity runs' JSON) goes to $BENCH_OUT, which git ignores.
+#
 # Environment:
 #   INFERGATE_TRACES  directory holding the public traces (default ../shared/traces,
 #                     relative to the main checkout when run in a git worktree)
 #   BENCH_SEEDS       seeds per scenario (default 5)
 #   BENCH_SEEDS_LARGE seeds for scale-1000, ~1 min of CPU per simulation (default 3)
-#   BENCH_OUT         directory for JSON and plots (default docs/bench)
+#   BENCH_DOCS        directory for the JSON reports and TTFT CDF plots the docs
+#                     link (default docs/bench)
+#   BENCH_OUT         directory for the other generated files: per-pod load plots,
+#                     the sensitivity runs' JSON (default bench-out, git-ignored)
 #   BENCH_SCENARIOS   space-separated subset of scenarios (default all)
 #   BENCH_SENSITIVITY 0 skips the realism sensitivity table (docs/benchmarks.md)
 #
@@ -24,7 +31,8 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/infergate}
 SEEDS=${BENCH_SEEDS:-5}
 SEEDS_LARGE=${BENCH_SEEDS_LARGE:-3}
-OUT=${BENCH_OUT:-docs/bench}
+OUT=${BENCH_OUT:-bench-out}
+DOCS_OUT=${BENCH_DOCS:-docs/bench}
 TRACES=${INFERGATE_TRACES:-../shared/traces}
 if [ -z "${INFERGATE_TRACES:-}" ] && [ ! -d "$TRACES" ]; then
 	# In a git worktree, ../shared/traces is relative to the main checkout.
@@ -50,10 +58,9 @@ fi
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=""
 if [ -n "$(git status --porcelain 2>/dev/null)" ]; then dirty=" (working tree had uncommitted changes)"; fi
-# Remove only what this script writes: $OUT/loadbench belongs to
-# infergate loadbench.
-mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT"/*.svg
+# Remove only what this script writes (the JSON reports and SVG plots).
+mkdir -p "$OUT" "$DOCS_OUT"
+rm -f "$OUT"/*.json "$OUT"/*.svg "$DOCS_OUT"/*.json "$DOCS_OUT"/*.svg
 SCENARIOS=${BENCH_SCENARIOS:-$("$BIN" bench --list | awk '{print $1}')}
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -79,9 +86,11 @@ section() { # title, command words...
 		echo
 		local base
 		base=$(basename "$json" .json)
-		echo "![TTFT CDF]($OUT/$base-ttft-cdf.svg)"
+		# --plots writes every plot to $OUT; the docs show the TTFT CDF.
+		if [ ! "$OUT" -ef "$DOCS_OUT" ]; then cp "$OUT/$base-ttft-cdf.svg" "$DOCS_OUT/"; fi
+		echo "![TTFT CDF]($DOCS_OUT/$base-ttft-cdf.svg)"
 		echo
-		echo "Per-pod load (first seed): round-robin ![]($OUT/$base-load-round-robin.svg) gie-v1.5 ![]($OUT/$base-load-gie-v1.5.svg) llm-d ![]($OUT/$base-load-llm-d.svg) infergate ![]($OUT/$base-load-infergate.svg)"
+		echo "Per-pod load plots (first seed, one per policy): \`$OUT/$base-load-<policy>.svg\`, written by \`make bench\`, not kept in git."
 	} >>"$TMP"
 	reports+=("$json")
 }
@@ -89,7 +98,7 @@ section() { # title, command words...
 for s in $SCENARIOS; do
 	n=$SEEDS
 	if [ "$s" = scale-1000 ]; then n=$SEEDS_LARGE; fi
-	section "$s" "$OUT/$s.json" "$BIN" bench --scenario "$s" --policies "$POLICIES" --seeds "$n" --plots "$OUT"
+	section "$s" "$DOCS_OUT/$s.json" "$BIN" bench --scenario "$s" --policies "$POLICIES" --seeds "$n" --plots "$OUT"
 done
 
 # Each public trace on the mixed fleet (4 H100 + 4 A10G, the default) and
@@ -102,9 +111,9 @@ trace() { # file, name, title, extra args...
 		echo "bench.sh: $TRACES/$file absent, skipping" >&2
 		return
 	fi
-	section "trace: $title, 4 H100 + 4 A10G" "$OUT/$name-mixed.json" \
+	section "trace: $title, 4 H100 + 4 A10G" "$DOCS_OUT/$name-mixed.json" \
 		"$BIN" bench --trace "$TRACES/$file" --name "$name-mixed" "$@" --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
-	section "trace: $title, 8 H100" "$OUT/$name-h100x8.json" \
+	section "trace: $title, 8 H100" "$DOCS_OUT/$name-h100x8.json" \
 		"$BIN" bench --trace "$TRACES/$file" --name "$name-h100x8" --fleet "$HOMO" "$@" --policies "$POLICIES" --seeds "$SEEDS" --plots "$OUT"
 	trace_sections=$((trace_sections + 1))
 }
@@ -200,4 +209,4 @@ replace_between "$README" glance "$TMP.readme"
 	echo "## Results"
 	cat "$TMP"
 } >"$MD"
-echo "bench.sh: wrote $MD, $OUT/, the glance table in $README and the sensitivity table in $DOC in $(($(date +%s) - t0)) s" >&2
+echo "bench.sh: wrote $MD, $DOCS_OUT/, $OUT/, the glance table in $README and the sensitivity table in $DOC in $(($(date +%s) - t0)) s" >&2
