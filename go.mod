@@ -3,6 +3,8 @@ module github.com/infergate/infergate
 go 1.26.7
 
 require (
+	github.com/MicahParks/jwkset v0.11.4
+	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/anthropics/anthropic-sdk-go v1.84.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0

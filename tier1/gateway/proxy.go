@@ -69,7 +69,9 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 				fmt.Sprintf("request body exceeds %d bytes", cfg.MaxBodyBytes))
 			return
 		}
-		g.fail(w, "", "", http.StatusBadRequest, "invalid_body", err.Error())
+		code, msg := bodyReadAnswer(err, cfg.Timeouts.ReadBody)
+		g.log.Debug("request body not read", "request_id", id, "err", err)
+		g.fail(w, "", "", http.StatusBadRequest, code, msg)
 		return
 	}
 	_ = rc.SetReadDeadline(time.Time{})

@@ -9,7 +9,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/infergate/infergate/shared/openai"
 )
@@ -80,6 +82,18 @@ func classifyReadErr(err error) error {
 		return errBodyTooLarge
 	}
 	return fmt.Errorf("read request body: %w", err)
+}
+
+// bodyReadAnswer is the error code and message a client gets for a body
+// that could not be read. The cause is a net.OpError that names both
+// sockets ("read tcp 10.0.3.7:8000->...: i/o timeout"): it goes to the log,
+// the client gets the plain reason.
+func bodyReadAnswer(err error, timeout time.Duration) (code, msg string) {
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return "body_timeout", fmt.Sprintf("request body not received within %v", timeout)
+	}
+	return "invalid_body", "the request body could not be read in full"
 }
 
 // inferenceBody holds the only request fields the router reads; the rest of
@@ -204,29 +218,6 @@ var hopHeaders = []string{
 // headers clients must not set: a client could otherwise pick its own pod
 // (x-gateway-destination-endpoint) or priority.
 func isInternal(key string) bool { return IsInternalHeader(key) }
-
-// upstreamHeaders returns the headers to send to a pod: the client's minus
-// hop-by-hop, internal and credential headers.
-func upstreamHeaders(in http.Header, clientIP, upstreamToken string) http.Header {
-	out := make(http.Header, len(in)+1)
-	for k, v := range in {
-		if isInternal(k) || k == "Authorization" || k == "Cookie" {
-			continue
-		}
-		out[k] = v
-	}
-	removeHopHeaders(out, in)
-	if upstreamToken != "" {
-		out["Authorization"] = []string{"Bearer " + upstreamToken}
-	}
-	if clientIP != "" {
-		if prior := in["X-Forwarded-For"]; len(prior) > 0 {
-			clientIP = strings.Join(prior, ", ") + ", " + clientIP
-		}
-		out["X-Forwarded-For"] = []string{clientIP}
-	}
-	return out
-}
 
 // copyResponseHeaders copies a pod's response headers minus hop-by-hop and
 // internal ones (a pod must not be able to spoof the router's headers).

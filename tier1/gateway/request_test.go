@@ -68,7 +68,7 @@ func TestUpstreamHeaders(t *testing.T) {
 			if got := out.Get("Authorization"); got != tt.wantAuth {
 				t.Errorf("Authorization = %q, want %q", got, tt.wantAuth)
 			}
-			if got := out.Get("X-Forwarded-For"); got != "10.1.1.1, 192.0.2.7" {
+			if got := out.Get("X-Forwarded-For"); got != "192.0.2.7" { // the client's own is dropped
 				t.Errorf("X-Forwarded-For = %q", got)
 			}
 			if out.Get("Content-Type") != "application/json" || out.Get("X-Request-Id") != "r1" {

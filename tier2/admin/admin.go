@@ -5,6 +5,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -173,6 +174,7 @@ type apiError struct {
 	status      int
 	code, param string
 	msg         string
+	cause       error // logged, never sent: it may name sockets
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -185,11 +187,19 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	if r := c.Request(); r.ContentLength != 0 && c.Get(bodyReadKey) == nil {
+		// Answered before the body was read: close the connection rather
+		// than wait for a body that may never come.
+		closeAfter(c.Response())
+	}
 	var ae *apiError
 	var he *echo.HTTPError
 	var fe *tenant.FieldError
 	switch {
 	case errors.As(err, &ae):
+		if ae.cause != nil {
+			s.opts.Logger.Warn("admin: request failed", "method", c.Request().Method, "path", c.Path(), "code", ae.code, "err", ae.cause)
+		}
 	case errors.As(err, &fe):
 		ae = &apiError{status: http.StatusBadRequest, code: "invalid_field", param: fe.Field, msg: fe.Error()}
 	case errors.Is(err, tenant.ErrNotFound):
@@ -223,8 +233,23 @@ func writeError(w http.ResponseWriter, ae *apiError) {
 	_, _ = w.Write(body)
 }
 
-// auth checks the bearer token. Comparing SHA-256 digests keeps the
-// comparison constant-time even when lengths differ.
+// bodyReadKey marks, in the echo context, a request whose body a handler
+// has started to read.
+const bodyReadKey = "infergate.admin.body_read"
+
+// closeAfter marks an answer given before the request body was read: the
+// connection closes after it, and reading ends now. Without both, net/http
+// drains up to 256 KiB of unread body before the answer goes out, so a
+// client that sends headers and stalls would get its 401 only at the
+// listener's read timeout.
+func closeAfter(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// auth checks the bearer token, before anything reads the body. Comparing
+// SHA-256 digests keeps the comparison constant-time even when lengths
+// differ.
 func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		tok, ok := bearerToken(c.Request().Header.Get("Authorization"))
@@ -249,32 +274,37 @@ func bearerToken(h string) (string, bool) {
 	return tok, tok != ""
 }
 
-// decode reads a JSON body strictly: unknown fields and type mismatches
-// become 400s naming the field, anything after the JSON value is a 400, and
-// a body over MaxBodyBytes is a 413.
+// decode reads a JSON body strictly, with exact keys as the API bodies
+// are read (shared/jsonkeys): an unknown key, a key in another case, a
+// key given twice and null for a field that is not optional are 400s
+// naming the field (checkKeys); so are type mismatches; anything after
+// the JSON value is a 400, and a body over MaxBodyBytes is a 413.
 func decode(c echo.Context, v any) error {
 	tooLarge := errf(http.StatusRequestEntityTooLarge, "body_too_large", "", "request body over %d bytes", MaxBodyBytes)
 	if c.Request().ContentLength > MaxBodyBytes {
 		return tooLarge
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		// One value only: "{...}{...}" or "{...} x" would otherwise apply
-		// the first document and silently drop the rest.
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			err = terr
-			if err == nil {
-				return errf(http.StatusBadRequest, "invalid_json", "", "unexpected data after the JSON body")
-			}
-		}
-	}
+	c.Set(bodyReadKey, true)
+	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
 	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
+	switch {
+	case errors.As(err, &mbe):
 		return tooLarge
+	case err != nil:
+		// A body that stopped arriving (the listener's read timeout) or
+		// broke off: the cause names sockets, so it stays in the log.
+		ae := errf(http.StatusBadRequest, "invalid_body", "", "the request body could not be read in full").(*apiError)
+		ae.cause = err
+		return ae
+	case len(bytes.TrimSpace(data)) == 0:
+		return errf(http.StatusBadRequest, "invalid_json", "", "empty body")
 	}
-	if err != nil {
+	if err := checkBody(data, v); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err = dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
 		switch {
@@ -282,8 +312,6 @@ func decode(c echo.Context, v any) error {
 			return errf(http.StatusBadRequest, "invalid_field", te.Field, "field %s: expected %s", te.Field, te.Type)
 		case errors.As(err, &se):
 			return errf(http.StatusBadRequest, "invalid_json", "", "invalid JSON at offset %d", se.Offset)
-		case errors.Is(err, io.EOF):
-			return errf(http.StatusBadRequest, "invalid_json", "", "empty body")
 		}
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			f = strings.Trim(f, `"`)
@@ -407,7 +435,10 @@ func (s *Server) usage(c echo.Context) error {
 	}
 	u, err := s.opts.Limiter.Usage(c.Request().Context(), t)
 	if err != nil {
-		return errf(http.StatusServiceUnavailable, "usage_unavailable", "", "usage unavailable: %v", err)
+		// The cause may name Redis addresses: logged, not sent.
+		ae := errf(http.StatusServiceUnavailable, "usage_unavailable", "", "usage unavailable; retry later").(*apiError)
+		ae.cause = err
+		return ae
 	}
 	return c.JSON(http.StatusOK, u)
 }

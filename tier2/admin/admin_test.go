@@ -182,7 +182,7 @@ func TestTenantsKeysOverrides(t *testing.T) {
 	if code != 200 || strings.Contains(string(js), raw) || !strings.Contains(string(js), keyID) {
 		t.Fatalf("list keys leaks or misses the key: %s", js)
 	}
-	auth, _ := tenant.NewAuthenticator(store, nil)
+	auth, _ := tenant.NewAuthenticator(context.Background(), store, nil)
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("Authorization", "Bearer "+raw)
 	if tn, err := auth.Authenticate(context.Background(), r); err != nil || tn.ID != "acme" {

@@ -505,6 +505,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
 	if err != nil {
 		closeAfter(w)
+		// The cause names both sockets: the log gets it, the client a
+		// plain reason.
+		g.log.Debug("request body not read", "err", err)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			openai.Errorf(w, http.StatusBadRequest, "body_timeout", fmt.Sprintf("the request body did not arrive within %v", g.opts.BodyReadTimeout))
 			return nil, false

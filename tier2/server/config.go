@@ -132,16 +132,7 @@ type RedisConfig struct {
 	KeyPrefix   string   `yaml:"key_prefix"`
 }
 
-// JWTConfig turns on JWT authentication next to API keys.
-type JWTConfig struct {
-	HMACSecretEnv string   `yaml:"hmac_secret_env"`
-	PublicKeys    []string `yaml:"public_keys"` // PEM files
-	JWKSFile      string   `yaml:"jwks_file"`
-	Issuer        string   `yaml:"issuer"`
-	Audience      string   `yaml:"audience"`
-	TenantClaim   string   `yaml:"tenant_claim"`
-	RequireExp    bool     `yaml:"require_exp"`
-}
+// JWTConfig is in jwt.go.
 
 // LimitsConfig says how the limiter behaves while Redis is unreachable.
 type LimitsConfig struct {
@@ -224,6 +215,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Tracing.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.JWT != nil {
+		if err := c.JWT.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -61,6 +61,7 @@ type Server struct {
 
 	rdb     redis.UniversalClient // nil: in memory
 	store   *tenant.Store
+	auth    *tenant.Authenticator // refreshes a remote JWKS until Close
 	limiter *ratelimit.Limiter
 	disc    *discovery.Discovery
 	router  *route.Router
@@ -128,10 +129,14 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	auth, err := tenant.NewAuthenticator(s.store, jwtOpts)
+	if jwtOpts != nil {
+		jwtOpts.Logger = log.With("component", "jwt")
+	}
+	auth, err := tenant.NewAuthenticator(ctx, s.store, jwtOpts)
 	if err != nil {
 		return nil, fmt.Errorf("authenticator: %w", err)
 	}
+	s.auth = auth
 	s.limiter = ratelimit.New(ratelimit.Options{Redis: s.rdb, KeyPrefix: limiterPrefix, Replicas: cfg.Limits.Replicas,
 		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit"),
 		// The router, built below, knows adapters from load summaries.
@@ -340,6 +345,9 @@ func (s *Server) Close() error {
 		if s.limiter != nil {
 			errs = append(errs, s.limiter.Close())
 		}
+		if s.auth != nil {
+			errs = append(errs, s.auth.Close())
+		}
 		if s.store != nil {
 			errs = append(errs, s.store.Close())
 		}
@@ -368,28 +376,6 @@ func secret(value, env, what string) (string, error) {
 		return "", fmt.Errorf("%s: environment variable %s is not set", what, env)
 	}
 	return v, nil
-}
-
-func jwtOptions(j *JWTConfig) (*tenant.JWTOptions, error) {
-	if j == nil {
-		return nil, nil
-	}
-	o := &tenant.JWTOptions{JWKSFile: j.JWKSFile, Issuer: j.Issuer, Audience: j.Audience, TenantClaim: j.TenantClaim, RequireExp: j.RequireExp}
-	if j.HMACSecretEnv != "" {
-		sec, err := secret("", j.HMACSecretEnv, "jwt.hmac_secret_env")
-		if err != nil {
-			return nil, err
-		}
-		o.HMACSecret = []byte(sec)
-	}
-	for _, f := range j.PublicKeys {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("jwt.public_keys: %w", err)
-		}
-		o.PublicKeysPEM = append(o.PublicKeysPEM, string(b))
-	}
-	return o, nil
 }
 
 // overridesFrom converts the store's cluster overrides for the router,

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"os"
@@ -21,10 +22,12 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/infergate/infergate/shared/tlsfiles"
 )
 
-// JWTOptions enable JWT bearer tokens. Set HMACSecret, PublicKeysPEM or
-// JWKSFile (any combination).
+// JWTOptions enable JWT bearer tokens. Set HMACSecret, PublicKeysPEM,
+// JWKSFile, JWKSURL or OIDCDiscovery (any combination).
 type JWTOptions struct {
 	HMACSecret []byte `yaml:"-"`
 	// HMACSecretFile holds the HMAC secret (trailing newline trimmed); it
@@ -36,17 +39,105 @@ type JWTOptions struct {
 	// JWKSFile is a JSON Web Key Set on disk (RSA and EC keys); keys with a
 	// "kid" are matched against the token header's kid.
 	JWKSFile string `yaml:"jwks_file"`
-	// Issuer and Audience are required to match when set.
-	Issuer   string `yaml:"issuer"`
-	Audience string `yaml:"audience"`
+	// JWKSURL is an https:// JSON Web Key Set, fetched at start, refreshed
+	// every RefreshInterval and when a token names a kid the set lacks.
+	JWKSURL string `yaml:"jwks_url"`
+	// OIDCDiscovery takes the JWKS URL from the jwks_uri of Issuer's
+	// OpenID Connect discovery document; that document must name Issuer.
+	OIDCDiscovery bool `yaml:"oidc_discovery"`
+	// RefreshInterval is how often the remote set is re-fetched (default
+	// DefaultJWKSRefreshInterval); MinRefreshInterval is the least time
+	// between two refreshes forced by unknown kids (default
+	// DefaultJWKSMinRefreshInterval); FetchTimeout bounds one fetch
+	// (default DefaultJWKSFetchTimeout).
+	RefreshInterval    time.Duration `yaml:"refresh_interval"`
+	MinRefreshInterval time.Duration `yaml:"min_refresh_interval"`
+	FetchTimeout       time.Duration `yaml:"fetch_timeout"`
+	// TLS is how the JWKS and discovery URLs are fetched: ca_file for an
+	// identity provider behind a private CA (default: system roots).
+	TLS tlsfiles.Client `yaml:"tls"`
+	// Issuer is required to match the iss claim when set. Audience, when
+	// set, requires the aud claim to name at least one of its entries;
+	// it is required with JWKSURL or OIDCDiscovery, whose identity
+	// provider also issues tokens for other applications.
+	Issuer   string   `yaml:"issuer"`
+	Audience []string `yaml:"audience"`
 	// TenantClaim names the claim holding the tenant ID. Default "sub".
 	TenantClaim string `yaml:"tenant_claim"`
 	// RequireExp rejects tokens without an expiry. exp and nbf are always
-	// checked when present.
+	// checked when present, with Leeway of clock skew allowed.
 	RequireExp bool          `yaml:"require_exp"`
 	Leeway     time.Duration `yaml:"leeway"`
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time `yaml:"-"`
+	// Logger receives key loading and refresh failures; default discard.
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// MaxJWTLeeway bounds JWTOptions.Leeway: more is not clock skew but a
+// longer token lifetime.
+const MaxJWTLeeway = 5 * time.Minute
+
+func (o *JWTOptions) setDefaults() {
+	if o.TenantClaim == "" {
+		o.TenantClaim = "sub"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.RefreshInterval <= 0 {
+		o.RefreshInterval = DefaultJWKSRefreshInterval
+	}
+	if o.MinRefreshInterval <= 0 {
+		o.MinRefreshInterval = DefaultJWKSMinRefreshInterval
+	}
+	if o.FetchTimeout <= 0 {
+		o.FetchTimeout = DefaultJWKSFetchTimeout
+	}
+}
+
+func (o *JWTOptions) remote() bool { return o.JWKSURL != "" || o.OIDCDiscovery }
+
+// Validate checks the options without reading files or the network;
+// errors name the config keys (jwt.*) of tier2/server.
+func (o *JWTOptions) Validate() error {
+	var errs []error
+	if o.JWKSURL != "" && o.OIDCDiscovery {
+		errs = append(errs, errors.New("jwt: jwks_url and oidc_discovery are exclusive"))
+	}
+	if o.JWKSURL != "" {
+		if err := checkHTTPSURL(o.JWKSURL); err != nil {
+			errs = append(errs, fmt.Errorf("jwt.jwks_url: %w", err))
+		}
+	}
+	if o.OIDCDiscovery {
+		if o.Issuer == "" {
+			errs = append(errs, errors.New("jwt.oidc_discovery needs jwt.issuer"))
+		} else if err := checkHTTPSURL(o.Issuer); err != nil {
+			errs = append(errs, fmt.Errorf("jwt.issuer (with oidc_discovery): %w", err))
+		}
+	}
+	if o.remote() && len(o.Audience) == 0 {
+		errs = append(errs, errors.New("jwt.audience is required with jwks_url or oidc_discovery: the identity provider issues tokens for other applications too"))
+	}
+	for i, a := range o.Audience {
+		if a == "" {
+			errs = append(errs, fmt.Errorf("jwt.audience[%d] is empty", i))
+		}
+	}
+	if o.Leeway < 0 || o.Leeway > MaxJWTLeeway {
+		errs = append(errs, fmt.Errorf("jwt.leeway %v: want 0 to %v", o.Leeway, MaxJWTLeeway))
+	}
+	if !o.remote() && o.TLS.Enabled() {
+		errs = append(errs, errors.New("jwt.tls is only used with jwks_url or oidc_discovery"))
+	}
+	if err := o.TLS.Validate("jwt.tls"); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // KeyLookup finds a tenant by raw API key; *Store implements it.
@@ -56,7 +147,9 @@ type KeyLookup interface {
 }
 
 // Authenticator resolves a request's credentials to a tenant without
-// touching Redis: API keys and tenants come from the store's local cache.
+// touching Redis: API keys and tenants come from the store's local cache,
+// JWT keys from configuration or a JWKS kept fresh in the background.
+// Close stops that refresh.
 type Authenticator struct {
 	keys    KeyLookup
 	jwt     *JWTOptions
@@ -64,20 +157,29 @@ type Authenticator struct {
 	hmac    []byte
 	byKid   map[string]crypto.PublicKey
 	anyKeys []crypto.PublicKey
+	remote  *remoteKeys // nil without JWKSURL or OIDCDiscovery
 }
 
-// NewAuthenticator builds an Authenticator. jwtOpts may be nil (API keys only).
-func NewAuthenticator(keys KeyLookup, jwtOpts *JWTOptions) (*Authenticator, error) {
+// asymmetricMethods are the algorithms a remote key set may verify: its
+// key types are unknown until fetched, and never HMAC or "none".
+var asymmetricMethods = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// NewAuthenticator builds an Authenticator. jwtOpts may be nil (API keys
+// only). With a remote key set (JWKSURL or OIDCDiscovery) it tries the
+// first fetch now, within ctx and FetchTimeout; if that fails it logs,
+// keeps retrying in the background and refuses JWTs until keys arrive
+// (start-and-retry: an identity provider outage must not keep Tier 2, and
+// its API-key tenants, down). Call Close to stop the refresh.
+func NewAuthenticator(ctx context.Context, keys KeyLookup, jwtOpts *JWTOptions) (*Authenticator, error) {
 	a := &Authenticator{keys: keys, byKid: map[string]crypto.PublicKey{}}
 	if jwtOpts == nil {
 		return a, nil
 	}
 	o := *jwtOpts
-	if o.TenantClaim == "" {
-		o.TenantClaim = "sub"
-	}
-	if o.Now == nil {
-		o.Now = time.Now
+	o.Audience = append([]string(nil), o.Audience...)
+	o.setDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	if o.HMACSecretFile != "" {
 		b, err := os.ReadFile(o.HMACSecretFile)
@@ -119,14 +221,19 @@ func NewAuthenticator(keys KeyLookup, jwtOpts *JWTOptions) (*Authenticator, erro
 			hasEd = true
 		}
 	}
-	if hasRSA {
-		methods = append(methods, "RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
-	}
-	if hasEC {
-		methods = append(methods, "ES256", "ES384", "ES512")
-	}
-	if hasEd {
-		methods = append(methods, "EdDSA")
+	switch {
+	case o.remote():
+		methods = append(methods, asymmetricMethods...)
+	default:
+		if hasRSA {
+			methods = append(methods, "RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
+		}
+		if hasEC {
+			methods = append(methods, "ES256", "ES384", "ES512")
+		}
+		if hasEd {
+			methods = append(methods, "EdDSA")
+		}
 	}
 	if len(methods) == 0 {
 		return nil, errors.New("jwt: no HMAC secret or public keys configured")
@@ -137,14 +244,36 @@ func NewAuthenticator(keys KeyLookup, jwtOpts *JWTOptions) (*Authenticator, erro
 	if o.Issuer != "" {
 		popts = append(popts, jwt.WithIssuer(o.Issuer))
 	}
-	if o.Audience != "" {
-		popts = append(popts, jwt.WithAudience(o.Audience))
+	if len(o.Audience) > 0 {
+		// Any one of the configured audiences; the claim is then required.
+		popts = append(popts, jwt.WithAudience(o.Audience...))
 	}
 	if o.RequireExp {
 		popts = append(popts, jwt.WithExpirationRequired())
 	}
 	a.parser = jwt.NewParser(popts...)
+	if o.remote() {
+		var err error
+		if a.remote, err = newRemoteKeys(ctx, a.jwt, o.Logger); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
+}
+
+// Close stops refreshing the remote key set. Safe on any Authenticator,
+// and more than once.
+func (a *Authenticator) Close() error {
+	if a != nil && a.remote != nil {
+		a.remote.close()
+	}
+	return nil
+}
+
+// JWKSLoaded reports whether the remote key set has been fetched (true
+// when there is none to fetch).
+func (a *Authenticator) JWKSLoaded() bool {
+	return a.remote == nil || a.remote.keyfunc() != nil
 }
 
 func (a *Authenticator) allPublic() []crypto.PublicKey {
@@ -158,13 +287,13 @@ func (a *Authenticator) allPublic() []crypto.PublicKey {
 // Authenticate reads "Authorization: Bearer <credential>" (or "api-key" /
 // "x-api-key" headers) and returns the tenant. Every failure wraps
 // ErrUnauthenticated; a disabled tenant gives ErrDisabled.
-func (a *Authenticator) Authenticate(_ context.Context, r *http.Request) (*Tenant, error) {
+func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (*Tenant, error) {
 	cred := bearer(r)
 	if cred == "" {
 		return nil, fmt.Errorf("%w: no credential", ErrUnauthenticated)
 	}
 	if a.jwt != nil && strings.Count(cred, ".") == 2 {
-		return a.authJWT(cred)
+		return a.authJWT(ctx, cred)
 	}
 	if a.keys == nil {
 		return nil, ErrUnauthenticated
@@ -183,9 +312,9 @@ func bearer(r *http.Request) string {
 	return r.Header.Get("x-api-key")
 }
 
-func (a *Authenticator) authJWT(raw string) (*Tenant, error) {
+func (a *Authenticator) authJWT(ctx context.Context, raw string) (*Tenant, error) {
 	claims := jwt.MapClaims{}
-	tok, err := a.parser.ParseWithClaims(raw, claims, a.keyfunc)
+	tok, err := a.parser.ParseWithClaims(raw, claims, a.keyfunc(ctx))
 	if err != nil || !tok.Valid {
 		// The parser's message is safe (no secrets) and helps operators.
 		return nil, fmt.Errorf("%w: jwt: %v", ErrUnauthenticated, err)
@@ -207,27 +336,57 @@ func (a *Authenticator) authJWT(raw string) (*Tenant, error) {
 	return t, nil
 }
 
-func (a *Authenticator) keyfunc(t *jwt.Token) (any, error) {
-	switch t.Method.(type) {
-	case *jwt.SigningMethodHMAC:
-		if len(a.hmac) == 0 {
-			return nil, errors.New("hmac not configured")
+// keyfunc finds the key for a token: the HMAC secret for HS*, else the
+// configured key with the token's kid, else the remote set's (which
+// refreshes on an unknown kid), else every key without a kid match.
+func (a *Authenticator) keyfunc(ctx context.Context) jwt.Keyfunc {
+	return func(t *jwt.Token) (any, error) {
+		if _, ok := t.Method.(*jwt.SigningMethodHMAC); ok {
+			if len(a.hmac) == 0 {
+				return nil, errors.New("hmac not configured")
+			}
+			return a.hmac, nil
 		}
-		return a.hmac, nil
-	}
-	if kid, _ := t.Header["kid"].(string); kid != "" {
-		if k, ok := a.byKid[kid]; ok {
-			return k, nil
+		kid, _ := t.Header["kid"].(string)
+		if kid != "" {
+			if k, ok := a.byKid[kid]; ok {
+				return k, nil
+			}
 		}
+		var set jwt.VerificationKeySet
+		for _, k := range a.allPublic() {
+			set.Keys = append(set.Keys, k)
+		}
+		var remoteErr error
+		if a.remote != nil {
+			kf := a.remote.keyfunc()
+			switch {
+			case kf == nil:
+				remoteErr = a.remote.notLoaded()
+			case kid != "":
+				k, err := kf.KeyfuncCtx(ctx)(t)
+				if err == nil {
+					return k, nil
+				}
+				remoteErr = err
+			default:
+				// No kid: keyfunc gives every key whose alg fits.
+				k, err := kf.KeyfuncCtx(ctx)(t)
+				if rs, ok := k.(jwt.VerificationKeySet); ok && err == nil {
+					set.Keys = append(set.Keys, rs.Keys...)
+				} else if err != nil {
+					remoteErr = err
+				}
+			}
+		}
+		if len(set.Keys) == 0 {
+			if remoteErr != nil {
+				return nil, remoteErr
+			}
+			return nil, errors.New("no public keys")
+		}
+		return set, nil
 	}
-	set := jwt.VerificationKeySet{}
-	for _, k := range a.allPublic() {
-		set.Keys = append(set.Keys, k)
-	}
-	if len(set.Keys) == 0 {
-		return nil, errors.New("no public keys")
-	}
-	return set, nil
 }
 
 func parsePEMPublicKey(data []byte) (crypto.PublicKey, error) {

@@ -116,7 +116,7 @@ func FuzzPEMPublicKey(f *testing.F) {
 		if !usableKey(key) {
 			t.Fatalf("accepted a key the authenticator cannot verify with: %T", key)
 		}
-		if _, err := NewAuthenticator(nil, &JWTOptions{PublicKeysPEM: []string{string(data)}}); err != nil {
+		if _, err := NewAuthenticator(context.Background(), nil, &JWTOptions{PublicKeysPEM: []string{string(data)}}); err != nil {
 			t.Fatalf("key parsed but authenticator refused it: %v", err)
 		}
 	})
@@ -163,7 +163,7 @@ func FuzzJWKS(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		full, err := NewAuthenticator(s, &JWTOptions{JWKSFile: path})
+		full, err := NewAuthenticator(context.Background(), s, &JWTOptions{JWKSFile: path})
 		if err != nil {
 			t.Fatalf("addJWKS accepted the set, NewAuthenticator refused it: %v", err)
 		}
@@ -194,7 +194,7 @@ func FuzzAuthenticate(f *testing.F) {
 		f.Fatal(err)
 	}
 	secret := []byte("0123456789abcdef0123456789abcdef")
-	a, err := NewAuthenticator(s, &JWTOptions{HMACSecret: secret, Issuer: "https://idp"})
+	a, err := NewAuthenticator(context.Background(), s, &JWTOptions{HMACSecret: secret, Issuer: "https://idp"})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestAuthenticate(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	a, err := NewAuthenticator(s, &JWTOptions{HMACSecret: secret, PublicKeysPEM: []string{rsaPEM}, JWKSFile: jwksFile, Issuer: "https://idp", Audience: "infergate"})
+	a, err := NewAuthenticator(ctx, s, &JWTOptions{HMACSecret: secret, PublicKeysPEM: []string{rsaPEM}, JWKSFile: jwksFile, Issuer: "https://idp", Audience: []string{"infergate"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestAuthenticate(t *testing.T) {
 	}
 
 	// A custom tenant claim, and exp required.
-	a2, err := NewAuthenticator(s, &JWTOptions{HMACSecret: secret, TenantClaim: "org", RequireExp: true})
+	a2, err := NewAuthenticator(ctx, s, &JWTOptions{HMACSecret: secret, TenantClaim: "org", RequireExp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestAuthenticate(t *testing.T) {
 	if err := os.WriteFile(secretFile, append(secret, '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a3, err := NewAuthenticator(s, &JWTOptions{HMACSecretFile: secretFile})
+	a3, err := NewAuthenticator(ctx, s, &JWTOptions{HMACSecretFile: secretFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestAuthenticate(t *testing.T) {
 	if tn, err := a3.Authenticate(ctx, r); err != nil || tn.ID != "acme" {
 		t.Fatalf("secret from file: %v %v", tn, err)
 	}
-	if _, err := NewAuthenticator(s, &JWTOptions{}); err == nil {
+	if _, err := NewAuthenticator(ctx, s, &JWTOptions{}); err == nil {
 		t.Fatal("JWT options without keys accepted")
 	}
 }
