@@ -16,8 +16,9 @@
 //     string or a number;
 //   - apiVersion and kind are pinned to the kind's group/version and name.
 //
-// It also writes a minimal ServiceMonitor (monitoring.coreos.com/v1) schema,
-// since that CRD is not in the Kubernetes document, and one schema per
+// It also writes minimal ServiceMonitor (monitoring.coreos.com/v1) and
+// cert-manager Certificate (cert-manager.io/v1) schemas, since those CRDs
+// are not in the Kubernetes document, and one schema per
 // version of each CustomResourceDefinition file given with -crd (the
 // charts' own CRDs, such as the InferencePool), made strict the same way.
 //
@@ -42,8 +43,8 @@ import (
 
 // defaultKinds are the kinds the infergate Helm charts render.
 var defaultKinds = []string{
-	"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-	"Role", "RoleBinding", "Secret", "Service", "ServiceAccount",
+	"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy",
+	"PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount",
 }
 
 func main() {
@@ -83,6 +84,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	files["servicemonitor-monitoring-v1.json"] = serviceMonitorSchema()
+	files["certificate-cert-manager-v1.json"] = certificateSchema()
 	for _, f := range strings.Split(*crds, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
@@ -445,6 +447,88 @@ func serviceMonitorSchema() map[string]any {
 					"targetLimit":     map[string]any{"type": "integer"},
 					"attachMetadata":  obj(),
 					"scrapeClass":     str(),
+				},
+			},
+		},
+	}
+}
+
+// certificateUsages are the key usages cert-manager's Certificate accepts.
+var certificateUsages = []any{
+	"signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+	"data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",
+	"server auth", "client auth", "code signing", "email protection", "s/mime", "ipsec end system",
+	"ipsec tunnel", "ipsec user", "timestamping", "ocsp signing", "microsoft sgc", "netscape sgc",
+}
+
+// certificateSchema is a minimal strict schema for cert-manager's
+// Certificate (cert-manager.io/v1), written from the CRD's spec: the fields
+// the charts set are checked (names, enums, closed objects); the rest of
+// the spec is only type-checked. Its file name is the one kubeconform asks
+// for: the group cut at its first dot, "cert-manager".
+func certificateSchema() map[string]any {
+	str := func() map[string]any { return map[string]any{"type": "string"} }
+	obj := func() map[string]any { return map[string]any{"type": "object"} }
+	arr := func(items map[string]any) map[string]any { return map[string]any{"type": "array", "items": items} }
+	enum := func(v ...any) map[string]any { return map[string]any{"type": "string", "enum": v} }
+	strMap := func() map[string]any {
+		return map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}}
+	}
+	return map[string]any{
+		"$schema":              "http://json-schema.org/schema#",
+		"description":          "Minimal Certificate schema (cert-manager.io/v1) written by infergate's k8sschema.",
+		"type":                 "object",
+		"required":             []any{"apiVersion", "kind", "metadata", "spec"},
+		"additionalProperties": false,
+		"x-kubernetes-group-version-kind": []any{map[string]any{
+			"group": "cert-manager.io", "version": "v1", "kind": "Certificate",
+		}},
+		"properties": map[string]any{
+			"apiVersion": enum("cert-manager.io/v1"),
+			"kind":       enum("Certificate"),
+			"metadata":   obj(),
+			"spec": map[string]any{
+				"type":                 "object",
+				"additionalProperties": false,
+				"required":             []any{"issuerRef", "secretName"},
+				"properties": map[string]any{
+					"secretName": map[string]any{"type": "string", "minLength": 1},
+					"issuerRef": map[string]any{
+						"type": "object", "additionalProperties": false, "required": []any{"name"},
+						"properties": map[string]any{"name": str(), "kind": str(), "group": str()},
+					},
+					"commonName":              str(),
+					"dnsNames":                arr(str()),
+					"ipAddresses":             arr(str()),
+					"uris":                    arr(str()),
+					"emailAddresses":          arr(str()),
+					"otherNames":              arr(obj()),
+					"duration":                str(),
+					"renewBefore":             str(),
+					"renewBeforePercentage":   map[string]any{"type": "integer"},
+					"usages":                  arr(enum(certificateUsages...)),
+					"isCA":                    map[string]any{"type": "boolean"},
+					"encodeUsagesInRequest":   map[string]any{"type": "boolean"},
+					"revisionHistoryLimit":    map[string]any{"type": "integer"},
+					"literalSubject":          str(),
+					"signatureAlgorithm":      str(),
+					"subject":                 obj(),
+					"keystores":               obj(),
+					"nameConstraints":         obj(),
+					"additionalOutputFormats": arr(obj()),
+					"privateKey": map[string]any{
+						"type": "object", "additionalProperties": false,
+						"properties": map[string]any{
+							"algorithm":      enum("RSA", "ECDSA", "Ed25519"),
+							"encoding":       enum("PKCS1", "PKCS8"),
+							"size":           map[string]any{"type": "integer"},
+							"rotationPolicy": enum("Never", "Always"),
+						},
+					},
+					"secretTemplate": map[string]any{
+						"type": "object", "additionalProperties": false,
+						"properties": map[string]any{"annotations": strMap(), "labels": strMap()},
+					},
 				},
 			},
 		},

@@ -129,7 +129,7 @@ func TestRunWritesFiles(t *testing.T) {
 	if err := run([]string{"-swagger", sw, "-out", out, "-kinds", "Thing,Role"}, new(nopWriter)); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"thing-apps-v1.json", "role-rbac-v1.json", "servicemonitor-monitoring-v1.json"} {
+	for _, n := range []string{"thing-apps-v1.json", "role-rbac-v1.json", "servicemonitor-monitoring-v1.json", "certificate-cert-manager-v1.json"} {
 		if _, err := os.Stat(filepath.Join(out, n)); err != nil {
 			t.Error(err)
 		}

@@ -36,6 +36,19 @@ module "tier2" {
     },
   ]
 
+  # Tier 2's own TLS behind the load balancer (re-encrypted; clients still
+  # see certificate_arn) and mutual TLS to the Tier 1 routers, from PEM text
+  # in Secrets Manager or SSM (docs/deploy.md, section 2.5):
+  # tls = {
+  #   certificate_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:infergate/tier2-cert-AbCdEf"
+  #   private_key_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:infergate/tier2-key-AbCdEf"
+  # }
+  # tier1_tls = {
+  #   ca_arn          = "arn:aws:ssm:us-east-1:123456789012:parameter/infergate/tier1-ca"
+  #   certificate_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:infergate/tier2-client-cert-AbCdEf"
+  #   private_key_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:infergate/tier2-client-key-AbCdEf"
+  # }
+
   tier2_config = {
     region_order = ["us-west-2"]
     routing = {

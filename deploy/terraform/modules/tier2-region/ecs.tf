@@ -15,6 +15,15 @@ locals {
     var.tier1_token_secret_arn == null ? [] : [{ name = "INFERGATE_TIER1_TOKEN", valueFrom = var.tier1_token_secret_arn }],
   )
 
+  config_init_script = join(" && ", concat(
+    ["set -e", "echo \"$INFERGATE_CONFIG_B64\" | base64 -d > ${local.config_path}"],
+    length(local.tls_files) == 0 ? [] : concat(
+      ["umask 077", "mkdir -p ${local.tls_dir}/tier1"],
+      [for f in local.tls_files : format("printf '%%s\\n' \"$%s\" > %s/%s", f.env, local.tls_dir, f.file)],
+      ["chown -R 65532:65532 ${local.tls_dir}"],
+    ),
+  ))
+
   log_configuration = {
     logDriver = "awslogs"
     options = {
@@ -26,19 +35,23 @@ locals {
 
   container_definitions = [
     # Fargate has no ConfigMaps: a short-lived container writes the rendered
-    # configuration into a task volume that infergate mounts read-only.
-    {
+    # configuration into a task volume that infergate mounts read-only,
+    # and the TLS files (var.tls, var.tier1_tls) from the secrets ECS
+    # injects into this container only, readable by infergate's user alone.
+    merge({
       name       = "config"
       image      = var.config_init_image
       essential  = false
       entryPoint = ["sh", "-c"]
-      command    = ["echo \"$INFERGATE_CONFIG_B64\" | base64 -d > ${local.config_path}"]
+      command    = [local.config_init_script]
       environment = [
         { name = "INFERGATE_CONFIG_B64", value = base64encode(local.config_yaml) },
       ]
       mountPoints      = [{ sourceVolume = "config", containerPath = local.config_dir, readOnly = false }]
       logConfiguration = local.log_configuration
-    },
+      }, length(local.tls_files) == 0 ? {} : {
+      secrets = [for f in local.tls_files : { name = f.env, valueFrom = f.arn }]
+    }),
     {
       name                   = "tier2"
       image                  = var.image

@@ -38,6 +38,16 @@ data "aws_iam_policy_document" "execution_secrets" {
     resources = local.secret_arns
   }
 
+  # TLS files kept as SSM SecureString parameters (var.tls, var.tier1_tls).
+  dynamic "statement" {
+    for_each = length(local.ssm_parameter_arns) == 0 ? [] : [local.ssm_parameter_arns]
+    content {
+      sid       = "ReadInfergateParameters"
+      actions   = ["ssm:GetParameters"]
+      resources = statement.value
+    }
+  }
+
   dynamic "statement" {
     for_each = var.kms_key_arn == null ? [] : [var.kms_key_arn]
     content {

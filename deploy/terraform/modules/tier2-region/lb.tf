@@ -1,6 +1,9 @@
-# A network load balancer terminating TLS with the ACM certificate: 443 for
-# the OpenAI API, admin_listener_port for the admin API (reachable only from
-# admin_cidr_blocks). Long streaming responses pass through untouched.
+# A network load balancer: 443 for the OpenAI API, admin_listener_port for
+# the admin API (reachable only from admin_cidr_blocks). It terminates TLS
+# with the ACM certificate and forwards plain TCP, or, with var.tls,
+# re-encrypts to Tier 2's own TLS; with var.lb_tls_passthrough it forwards
+# TCP untouched and Tier 2 terminates TLS (client certificates possible).
+# Long streaming responses pass through untouched.
 resource "aws_lb" "this" {
   name                             = local.short_prefix
   load_balancer_type               = "network"
@@ -14,15 +17,15 @@ resource "aws_lb" "this" {
 resource "aws_lb_target_group" "api" {
   name                 = "${local.short_prefix}-api"
   port                 = var.container_port
-  protocol             = "TCP"
+  protocol             = local.api_target_protocol
   target_type          = "ip"
   vpc_id               = var.vpc_id
   deregistration_delay = 60
 
   health_check {
-    protocol            = "HTTP"
+    protocol            = local.health_check_protocol
     port                = "traffic-port"
-    path                = "/ready"
+    path                = local.health_check_protocol == "TCP" ? null : "/ready"
     interval            = 10
     healthy_threshold   = 2
     unhealthy_threshold = 2
@@ -34,16 +37,16 @@ resource "aws_lb_target_group" "api" {
 resource "aws_lb_target_group" "admin" {
   name                 = "${local.short_prefix}-adm"
   port                 = var.admin_port
-  protocol             = "TCP"
+  protocol             = local.adm_target_protocol
   target_type          = "ip"
   vpc_id               = var.vpc_id
   deregistration_delay = 30
 
   # The admin listener serves no health endpoint: check the API port.
   health_check {
-    protocol            = "HTTP"
+    protocol            = local.health_check_protocol
     port                = tostring(var.container_port)
-    path                = "/ready"
+    path                = local.health_check_protocol == "TCP" ? null : "/ready"
     interval            = 10
     healthy_threshold   = 2
     unhealthy_threshold = 2
@@ -55,14 +58,25 @@ resource "aws_lb_target_group" "admin" {
 resource "aws_lb_listener" "api" {
   load_balancer_arn = aws_lb.this.arn
   port              = 443
-  protocol          = "TLS"
-  certificate_arn   = var.certificate_arn
-  ssl_policy        = var.ssl_policy
-  alpn_policy       = "HTTP2Optional"
+  protocol          = local.lb_listener_protocol
+  certificate_arn   = var.lb_tls_passthrough ? null : var.certificate_arn
+  ssl_policy        = var.lb_tls_passthrough ? null : var.ssl_policy
+  alpn_policy       = var.lb_tls_passthrough ? null : "HTTP2Optional"
 
   default_action {
     type             = "forward"
     target_group_arn = aws_lb_target_group.api.arn
+  }
+
+  lifecycle {
+    precondition {
+      condition     = !var.lb_tls_passthrough || var.tls != null
+      error_message = "lb_tls_passthrough needs var.tls: Tier 2 must terminate TLS itself."
+    }
+    precondition {
+      condition     = var.tls == null ? true : (var.tls.client_auth == null || var.lb_tls_passthrough)
+      error_message = "tls.client_auth needs lb_tls_passthrough: a load balancer terminating TLS has no client certificate to show Tier 2."
+    }
   }
 
   tags = local.tags
@@ -71,13 +85,20 @@ resource "aws_lb_listener" "api" {
 resource "aws_lb_listener" "admin" {
   load_balancer_arn = aws_lb.this.arn
   port              = var.admin_listener_port
-  protocol          = "TLS"
-  certificate_arn   = var.certificate_arn
-  ssl_policy        = var.ssl_policy
+  protocol          = local.lb_listener_protocol
+  certificate_arn   = var.lb_tls_passthrough ? null : var.certificate_arn
+  ssl_policy        = var.lb_tls_passthrough ? null : var.ssl_policy
 
   default_action {
     type             = "forward"
     target_group_arn = aws_lb_target_group.admin.arn
+  }
+
+  lifecycle {
+    precondition {
+      condition     = !var.lb_tls_passthrough || local.tls_admin
+      error_message = "lb_tls_passthrough needs tls.admin = true: the admin API would otherwise cross the network in plain text."
+    }
   }
 
   tags = local.tags

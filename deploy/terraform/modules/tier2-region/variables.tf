@@ -38,7 +38,7 @@ variable "image" {
 }
 
 variable "certificate_arn" {
-  description = "ACM certificate ARN for the TLS listeners."
+  description = "ACM certificate ARN for the load balancer's TLS listeners (the certificate clients see). Unused when lb_tls_passthrough is true: Tier 2's own certificate (var.tls) then faces the clients."
   type        = string
 }
 
@@ -71,6 +71,66 @@ variable "tier1_token_secret_arn" {
   description = "Secrets Manager secret ARN holding the bearer token Tier 2 presents to the Tier 1 routers. Null: none."
   type        = string
   default     = null
+}
+
+variable "tls" {
+  description = <<-EOT
+    Tier 2's own TLS (config keys tls, and admin.tls / metrics.tls when admin / metrics are true). Null (default): the load balancer terminates TLS with certificate_arn and forwards plain TCP inside the VPC.
+    Set, the load balancer re-encrypts: clients still see the ACM certificate (ACM renews it), and the hop from the load balancer to the task is TLS to this certificate (an NLB does not verify it, so a private CA will do). With lb_tls_passthrough the load balancer forwards TCP untouched and Tier 2 terminates TLS itself; that is the only way to ask clients for certificates (client_auth), since an NLB cannot.
+    certificate_arn, private_key_arn and client_ca_arn are ARNs of Secrets Manager secrets or SSM SecureString parameters holding PEM text (chain leaf first; the key unencrypted). ECS hands them to the task's config container, which writes them to /etc/infergate/tls (owner 65532, mode 0600) before infergate starts; the execution role may read exactly these ARNs.
+    Rotation: update the secret, then start new tasks (aws ecs update-service --force-new-deployment); a running task keeps the files it started with.
+    client_auth ("require" or "verify_if_given") needs client_ca_arn and lb_tls_passthrough. min_version is "1.3" or "1.2".
+  EOT
+  type = object({
+    certificate_arn = string
+    private_key_arn = string
+    client_ca_arn   = optional(string)
+    client_auth     = optional(string)
+    min_version     = optional(string, "1.3")
+    admin           = optional(bool, true)
+    metrics         = optional(bool, false)
+  })
+  default = null
+
+  validation {
+    condition     = var.tls == null ? true : contains(["1.3", "1.2"], var.tls.min_version)
+    error_message = "The tls.min_version must be \"1.3\" or \"1.2\"."
+  }
+
+  validation {
+    condition     = var.tls == null ? true : (var.tls.client_auth == null ? true : contains(["require", "verify_if_given"], var.tls.client_auth) && var.tls.client_ca_arn != null)
+    error_message = "The tls.client_auth must be \"require\" or \"verify_if_given\", and needs tls.client_ca_arn."
+  }
+}
+
+variable "lb_tls_passthrough" {
+  description = "Forward the load balancer's ports as plain TCP so that Tier 2 terminates TLS with var.tls (needed to ask clients for certificates). false (default): the load balancer terminates TLS with certificate_arn (and re-encrypts to the task when var.tls is set). Needs var.tls with admin = true. Changing it, or setting var.tls, replaces the target groups (their protocol changes)."
+  type        = bool
+  default     = false
+}
+
+variable "tier1_tls" {
+  description = <<-EOT
+    TLS to the Tier 1 routers (config key tier1.tls); their addresses must be https://. ca_arn: PEM bundle of the CA that signed Tier 1's certificates (null: the system roots). certificate_arn and private_key_arn: Tier 2's client certificate for mutual TLS (Tier 1's tls.clientAuth require or verify_if_given), issued by a CA Tier 1 trusts. All are ARNs of Secrets Manager secrets or SSM SecureString parameters holding PEM text, written to /etc/infergate/tls/tier1 like var.tls (same rotation: start new tasks). server_name: the name Tier 1's certificates carry when it differs from the host dialled; min_version: "1.3" or "1.2" (null: Go's default).
+  EOT
+  type = object({
+    ca_arn          = optional(string)
+    certificate_arn = optional(string)
+    private_key_arn = optional(string)
+    server_name     = optional(string)
+    min_version     = optional(string)
+  })
+  default = null
+
+  validation {
+    condition     = var.tier1_tls == null ? true : (var.tier1_tls.certificate_arn == null) == (var.tier1_tls.private_key_arn == null)
+    error_message = "The tier1_tls.certificate_arn and tier1_tls.private_key_arn go together (the client certificate and its key)."
+  }
+
+  validation {
+    condition     = var.tier1_tls == null ? true : (var.tier1_tls.min_version == null ? true : contains(["1.3", "1.2"], var.tier1_tls.min_version))
+    error_message = "The tier1_tls.min_version must be \"1.3\" or \"1.2\"."
+  }
 }
 
 variable "tier1_endpoints" {
