@@ -7,7 +7,7 @@ PKGS := ./...
 TOOLS_BIN ?= $(HOME)/.cache/infergate/bin
 export PATH := $(TOOLS_BIN):$(PATH)
 
-.PHONY: all build test unit check lint run bench tools services fuzz fuzz-smoke
+.PHONY: all build test unit check lint run bench tools services fuzz fuzz-smoke proto
 # Concurrent packages (limiter, tracker, scraper, stores, discovery): make
 # test runs their tests under the race detector.
 RACE_PKGS := ./tier1/gateway ./tier1/picker ./tier1/scrape ./tier1/extproc ./tier1/kube ./tier1/peers ./tier1/prefix ./tier2/ratelimit ./tier2/tenant ./tier2/discovery ./tier2/gateway ./tier2/route
@@ -51,6 +51,13 @@ lint:
 tools:
 	@./scripts/tools.sh
 	@./scripts/deploy-tools.sh
+
+## proto: regenerate tier1/peers/meshpb from mesh.proto (needs protoc: apt-get
+## install protobuf-compiler); the plugins are built at the versions go.mod names.
+proto:
+	GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$$($(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
+	GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative tier1/peers/meshpb/mesh.proto
 
 ## run: the all-in-one local stack on embedded defaults; TRACE=1 prints every
 ## request's spans to the console (docs/tracing.md).

@@ -1,13 +1,15 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/infergate/infergate/shared/tlsfiles"
 )
 
 // PeersConfig is the `peers:` section: how this replica shares routing
@@ -27,7 +29,24 @@ type PeersConfig struct {
 	Consul bool     `yaml:"consul"`
 	// Port is the peer port of discovered replicas; default Listen's.
 	Port int `yaml:"port"`
-	// The shared secret: required unless disable_auth is true.
+	// TLS is the mesh's mutual TLS, required unless InsecurePlaintext:
+	// every replica serves and dials with a certificate from the mesh CA
+	// and accepts only peers holding one.
+	TLS PeersTLS `yaml:"tls"`
+	// InsecurePlaintext runs the mesh without TLS, so with no
+	// authentication at all. Only for a single-host development stack:
+	// it is rejected unless listen and every static peer are loopback
+	// addresses and nothing is discovered (dns, consul).
+	InsecurePlaintext bool `yaml:"insecure_plaintext"`
+	// HashKeyFile or HashKeyEnv holds a per-deployment secret (at least
+	// 16 bytes, the same on every replica) that keys the prefix block
+	// hashes replicas record and stream, so they cannot be matched
+	// against guessed prompts without it. Optional; without it the hashes
+	// are the plain chained hashes.
+	HashKeyFile string `yaml:"hash_key_file"`
+	HashKeyEnv  string `yaml:"hash_key_env"`
+	// Removed: the shared token of the old hand-made handshake. Set, they
+	// are rejected with a pointer to tls.
 	TokenEnv    string `yaml:"token_env"`
 	TokenFile   string `yaml:"token_file"`
 	DisableAuth bool   `yaml:"disable_auth"`
@@ -43,6 +62,24 @@ type PeersConfig struct {
 	QueueLen int `yaml:"queue_len"`
 }
 
+// PeersTLS is `peers.tls`: one certificate per replica, used both to
+// serve and to dial, and the mesh CA that peers' certificates must chain
+// to. The files are re-read as they rotate.
+type PeersTLS struct {
+	CertFile string `yaml:"cert_file"` // PEM chain, leaf first; server and client auth usages
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"` // the mesh CA: a CA of its own, every certificate it issues is a member
+	// ServerName is the name verified in a dialled peer's certificate;
+	// default the host dialled when it is a DNS name. Required with DNS
+	// or Consul discovery: those dial pod IPs, which certificates do not
+	// name, so every replica's certificate carries this name instead.
+	ServerName string `yaml:"server_name"`
+	MinVersion string `yaml:"min_version"` // "1.3" (default) or "1.2"
+}
+
+// Enabled reports whether any key of the block is set.
+func (t PeersTLS) Enabled() bool { return t != PeersTLS{} }
+
 // Enabled reports whether sharing is configured.
 func (p PeersConfig) Enabled() bool { return p.Listen != "" }
 
@@ -56,36 +93,61 @@ func (p PeersConfig) PeerPort() int {
 	return n
 }
 
-// ResolveToken returns the shared peer token ("" when auth is disabled).
-func (p PeersConfig) ResolveToken() (string, error) {
-	if p.DisableAuth {
-		return "", nil
-	}
-	if p.TokenEnv != "" {
-		if v := strings.TrimSpace(os.Getenv(p.TokenEnv)); v != "" {
-			return v, nil
+// ResolveHashKey returns the prefix hash key's secret, nil when none is
+// configured. Errors name where it was expected, never its value.
+func (p PeersConfig) ResolveHashKey() ([]byte, error) {
+	var key []byte
+	switch {
+	case p.HashKeyEnv != "":
+		key = bytes.TrimSpace([]byte(os.Getenv(p.HashKeyEnv)))
+		if len(key) == 0 {
+			return nil, fmt.Errorf("peers.hash_key_env: $%s is unset or empty", p.HashKeyEnv)
 		}
-	}
-	if p.TokenFile != "" {
-		ts, err := readTokenFile(p.TokenFile)
+		if len(key) < minHashKey {
+			return nil, fmt.Errorf("peers.hash_key_env: $%s holds %d bytes, want at least %d", p.HashKeyEnv, len(key), minHashKey)
+		}
+	case p.HashKeyFile != "":
+		b, err := os.ReadFile(p.HashKeyFile)
 		if err != nil {
-			return "", fmt.Errorf("peers.token_file: %w", err)
+			return nil, fmt.Errorf("peers.hash_key_file: %w", err)
 		}
-		if len(ts) > 0 {
-			return ts[0], nil
+		if key = bytes.TrimSpace(b); len(key) < minHashKey {
+			return nil, fmt.Errorf("peers.hash_key_file: %s holds %d bytes, want at least %d", p.HashKeyFile, len(key), minHashKey)
 		}
 	}
-	// Never name the value; only where it was expected.
-	return "", fmt.Errorf("peers: no token found (token_env %q, token_file %q); set one or peers.disable_auth: true", p.TokenEnv, p.TokenFile)
+	return key, nil
+}
+
+// minHashKey is prefix.MinKeyBytes (not imported: the gateway's config
+// does not depend on the index's package for one constant).
+const minHashKey = 16
+
+// isLoopback reports whether host (an address's host part) can only be
+// reached from this machine.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (p PeersConfig) validate(haveConsul bool) []error {
-	if !p.Enabled() {
-		return nil
-	}
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if _, _, err := net.SplitHostPort(p.Listen); err != nil {
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{{"token_env", p.TokenEnv != ""}, {"token_file", p.TokenFile != ""}, {"disable_auth", p.DisableAuth}} {
+		if k.set {
+			add("peers.%s: removed; replicas now authenticate each other with mutual TLS: set peers.tls (cert_file, key_file, ca_file), see docs/tier1-replicas.md", k.name)
+		}
+	}
+	if !p.Enabled() {
+		return errs
+	}
+	host, _, err := net.SplitHostPort(p.Listen)
+	if err != nil {
 		add("peers.listen %q: %v", p.Listen, err)
 	}
 	if len(p.Static) == 0 && p.DNS == "" && !p.Consul {
@@ -102,8 +164,37 @@ func (p PeersConfig) validate(haveConsul bool) []error {
 	if (p.DNS != "" || p.Consul) && (p.PeerPort() <= 0 || p.PeerPort() > 65535) {
 		add("peers.port: discovered peers need a port (set peers.port or a port in peers.listen)")
 	}
-	if !p.DisableAuth && p.TokenEnv == "" && p.TokenFile == "" {
-		errs = append(errs, errors.New("peers: no token source; set peers.token_env or peers.token_file, or peers.disable_auth: true"))
+	switch {
+	case p.InsecurePlaintext && p.TLS.Enabled():
+		add("peers.insecure_plaintext and peers.tls are exclusive")
+	case p.InsecurePlaintext:
+		// Plaintext has no authentication: anything that can reach the
+		// port could feed this replica's routing. Only one machine may.
+		if err == nil && !isLoopback(host) {
+			add("peers.insecure_plaintext: peers.listen %q is not a loopback address (want e.g. 127.0.0.1:7946); the plaintext mesh is for a single-host development stack only", p.Listen)
+		}
+		for _, a := range p.Static {
+			if h, _, err := net.SplitHostPort(a); err == nil && !isLoopback(h) {
+				add("peers.insecure_plaintext: peers.static %q is not a loopback address", a)
+			}
+		}
+		if p.DNS != "" || p.Consul {
+			add("peers.insecure_plaintext: discovery by peers.dns or peers.consul reaches other hosts; use peers.tls")
+		}
+	default:
+		t := p.TLS
+		if t.CertFile == "" || t.KeyFile == "" || t.CAFile == "" {
+			errs = append(errs, errors.New("peers.tls: cert_file, key_file and ca_file are required (replicas authenticate each other with mutual TLS; a single-host development stack may set peers.insecure_plaintext: true instead)"))
+		}
+		if t.ServerName == "" && (p.DNS != "" || p.Consul) {
+			errs = append(errs, errors.New("peers.tls.server_name: required with peers.dns or peers.consul (peers are dialled by IP address; set the DNS name every replica's certificate carries)"))
+		}
+		if err := (tlsfiles.Client{MinVersion: t.MinVersion}).Validate("peers.tls"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.HashKeyEnv != "" && p.HashKeyFile != "" {
+		add("peers: set one of hash_key_env and hash_key_file")
 	}
 	for name, d := range map[string]time.Duration{"peers.ttl": p.TTL, "peers.flush": p.Flush, "peers.heartbeat": p.Heartbeat, "peers.refresh": p.Refresh} {
 		if d < 0 {
@@ -114,4 +205,12 @@ func (p PeersConfig) validate(haveConsul bool) []error {
 		add("peers.queue_len %d is negative", p.QueueLen)
 	}
 	return errs
+}
+
+// HasPod reports whether the gateway routes to pod now (configured or
+// discovered): tier1/peers ignores what peers say about other pods, so a
+// peer cannot make this replica keep state for names it never routes to.
+func (g *Gateway) HasPod(name string) bool {
+	st := g.state.Load()
+	return st != nil && st.pods[name] != nil
 }

@@ -20,7 +20,7 @@ func BenchmarkTrackerDispatch(b *testing.B) {
 		b.Run("shared="+strconv.FormatBool(shared), func(b *testing.B) {
 			tr := picker.NewTracker(picker.TrackerOptions{})
 			if shared {
-				n, err := New(tr, Options{DisableAuth: true})
+				n, err := New(tr, Options{InsecurePlaintext: true})
 				if err != nil {
 					b.Fatal(err)
 				}

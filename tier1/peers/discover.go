@@ -14,7 +14,7 @@ import (
 
 // A Discoverer lists the peer addresses (host:port of their peer
 // listeners) to send to. It may include this replica's own address: the
-// handshake recognises it and the replica stops dialling itself.
+// hello exchange recognises it and the replica stops dialling itself.
 type Discoverer interface {
 	Peers(ctx context.Context) ([]string, error)
 }

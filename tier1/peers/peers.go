@@ -3,24 +3,29 @@
 // peer what it dispatched where (prefix block hashes per pod), its own
 // per-pod in-flight counts and its prefill-speed samples, and adds what
 // its peers stream to its tracker, so every replica schedules on the
-// whole cluster's dispatches. Nothing waits on a peer on the request
-// path: the tracker's observer hands each change to a bounded queue
-// (dropped and counted when full); a flusher sends it at once when idle,
-// else batched into one frame per few milliseconds, over one long-lived
-// authenticated TCP connection per peer. A replica's in-flight counts
-// vanish from its peers when it has not been heard from for a TTL; a
-// periodic full re-announcement heals lost updates.
+// whole cluster's dispatches.
+//
+// The mesh is gRPC (service Mesh in meshpb/mesh.proto): one long-lived
+// Share stream from each replica to each peer, over mutual TLS where both
+// ends must hold a certificate from the mesh CA (LoadTLS). Nothing waits
+// on a peer on the request path: the tracker's observer hands each change
+// to a bounded queue (dropped and counted when full); a flusher sends it
+// at once when idle, else batched into one message per few milliseconds.
+//
+// What a peer says is bounded and scoped to its stream: counts and
+// versions outside fixed limits close the stream, pods this replica does
+// not know are ignored (Options.Known) and a stream may name at most
+// Options.MaxPods pods; versions are compared only within a stream; and a
+// stream's state vanishes when it has been silent for the TTL, or at once
+// when a newer stream of the same replica replaces it. A periodic full
+// re-announcement heals lost updates.
 package peers
 
 import (
-	"bufio"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -29,19 +34,30 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/tier1/peers/meshpb"
 	"github.com/infergate/infergate/tier1/picker"
 )
 
 // Options configure a Node. The zero value of every duration and size is
-// its default; Token is required unless DisableAuth.
+// its default; TLS is required unless InsecurePlaintext.
 type Options struct {
 	// ID names this replica to its peers; default hostname plus a random
 	// suffix, so a restarted replica is a new one.
 	ID string
-	// Token is the secret every replica shares; peers prove they know it
-	// (HMAC over a per-connection nonce) before anything they send counts.
-	Token       string
-	DisableAuth bool
+	// TLS authenticates both ends of every stream with certificates from
+	// the mesh CA (see LoadTLS).
+	TLS *TLS
+	// InsecurePlaintext runs the mesh without TLS, so without any
+	// authentication: for tests and a single-host development stack only
+	// (the config accepts it only on loopback).
+	InsecurePlaintext bool
+	// Known reports whether this replica routes to pod; a peer's state
+	// about other pods is ignored. nil accepts every name (each stream
+	// still names at most MaxPods).
+	Known func(pod string) bool
+	// MaxPods bounds the pods one stream may hold state for (default
+	// 4096); entries naming more are ignored and counted.
+	MaxPods int
 	// Discover lists the peers; nil means none (the node only receives).
 	Discover Discoverer
 	// Refresh is how often Discover is asked again (default 10s).
@@ -50,25 +66,33 @@ type Options struct {
 	// once when nothing was sent for this long, else with the next batch.
 	Flush time.Duration
 	// Heartbeat is how often the full local state is re-sent, which also
-	// keeps the connection alive (default 250ms).
+	// keeps the stream alive (default 250ms).
 	Heartbeat time.Duration
-	// TTL is how long a silent peer's in-flight counts still count
+	// TTL is how long a silent stream's in-flight counts still count
 	// (default 2s; at least 4 heartbeats).
 	TTL time.Duration
 	// QueueLen bounds the changes waiting for the flusher (default 1024);
 	// beyond it changes are dropped and counted.
 	QueueLen int
-	// PeerQueueBytes bounds the frames waiting for one peer's connection
-	// (default 4 MiB); a slow peer loses frames, never slows the others.
+	// PeerQueueBytes bounds the messages waiting for one peer's stream
+	// (default 4 MiB); a slow peer loses messages, never slows the others.
 	PeerQueueBytes int
-	// DialTimeout bounds a dial and its handshake (default 2s); every write
-	// is bounded by WriteTimeout (default 2s).
+	// DialTimeout bounds a connection's TLS handshake and the hello
+	// exchange (default 2s); every send is bounded by WriteTimeout
+	// (default 2s).
 	DialTimeout, WriteTimeout time.Duration
-	// MaxFrameBytes bounds one frame (default DefaultMaxFrameBytes); a
-	// batch that reaches half of it is flushed early.
-	MaxFrameBytes int
-	Logger        *slog.Logger // default: discard
+	// MaxMessageBytes bounds one message (default DefaultMaxMessageBytes);
+	// a batch that reaches half of it is sent early.
+	MaxMessageBytes int
+	// LogEvery is the least interval between two log lines about refused
+	// or misbehaving peers (default 10s); each line counts those it
+	// stands for.
+	LogEvery time.Duration
+	Logger   *slog.Logger // default: discard
 }
+
+// DefaultMaxMessageBytes bounds one message of a stream.
+const DefaultMaxMessageBytes = 1 << 20
 
 func (o Options) withDefaults() Options {
 	def := func(d *time.Duration, v time.Duration) {
@@ -83,14 +107,18 @@ func (o Options) withDefaults() Options {
 	o.TTL = max(o.TTL, 4*o.Heartbeat)
 	def(&o.DialTimeout, 2*time.Second)
 	def(&o.WriteTimeout, 2*time.Second)
+	def(&o.LogEvery, 10*time.Second)
 	if o.QueueLen <= 0 {
 		o.QueueLen = 1024
 	}
 	if o.PeerQueueBytes <= 0 {
 		o.PeerQueueBytes = 4 << 20
 	}
-	if o.MaxFrameBytes <= 0 {
-		o.MaxFrameBytes = DefaultMaxFrameBytes
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.MaxPods <= 0 {
+		o.MaxPods = 4096
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -107,42 +135,57 @@ func (o Options) withDefaults() Options {
 // Stats counts what a node did since it started.
 type Stats struct {
 	Dropped     uint64 // changes dropped because the queue was full
-	PeerDropped uint64 // frames a slow or absent peer missed
-	FramesSent  uint64 // frames written to peers
+	PeerDropped uint64 // messages a slow or absent peer missed
+	FramesSent  uint64 // messages sent to peers
 	BytesSent   uint64
-	FramesRecv  uint64 // frames applied from peers
-	Rejected    uint64 // inbound connections refused (bad token, bad handshake)
-	Expired     uint64 // peers dropped after their TTL
-	Connected   int    // outbound connections up now
-	Origins     int    // peers whose state counts now
+	FramesRecv  uint64 // messages applied from peers
+	// Rejected counts inbound connections and streams refused: a failed
+	// TLS handshake (no certificate from the mesh CA), a malformed or
+	// out-of-bounds message, a different prefix hash key.
+	Rejected uint64
+	// Ignored counts entries of peers' messages not applied: pods this
+	// replica does not know, or beyond a stream's MaxPods.
+	Ignored   uint64
+	Expired   uint64 // peers' state dropped after their TTL
+	Connected int    // outbound streams up now
+	Origins   int    // peers whose state counts now
 }
 
 // event is one change of the local tracker, queued for the flusher.
 type event struct {
 	pod    string
 	load   picker.ReplicaLoad
-	hashes []uint64 // nil: no dispatch
-	sample *sample  // a first token's prefill-speed sample, instead of a load
+	hashes []uint64 // nil: no dispatch; raw, keyed by the flusher
+	sample *meshpb.Sample
 }
 
 // Node is one replica's end of state sharing: it observes the local
-// tracker (install it with Tracker.SetObserver), streams changes to peers
-// and applies theirs. Create with New, then Run.
+// tracker (Run installs it with Tracker.SetObserver), streams changes to
+// peers and applies theirs. Create with New, then Run.
 type Node struct {
+	meshpb.UnimplementedMeshServer
+
 	opts Options
 	tr   *picker.Tracker
 	ev   chan event
 
 	mu      sync.Mutex
-	peers   map[string]*peer // by address
-	self    map[string]bool  // addresses found to be this replica
-	seen    map[string]time.Time
+	peers   map[string]*peer   // outbound, by address
+	self    map[string]bool    // addresses found to be this replica
+	streams map[*origin]bool   // inbound streams whose state may count
+	active  map[string]*origin // the stream whose state counts, by replica ID
+	seq     uint64             // numbers inbound streams
+
+	refused *rateLog // inbound refusals and violations
+	unreach *rateLog // outbound failures
+	dropLog *rateLog // queue drops
 	dropped atomic.Uint64
 	pdrop   atomic.Uint64
 	sent    atomic.Uint64
 	bytes   atomic.Uint64
 	recv    atomic.Uint64
 	reject  atomic.Uint64
+	ignored atomic.Uint64
 	expired atomic.Uint64
 	conns   atomic.Int64
 }
@@ -150,18 +193,28 @@ type Node struct {
 // New returns a node sharing tr's state. It does not install itself as
 // tr's observer; Run does, and removes itself when it returns.
 func New(tr *picker.Tracker, opts Options) (*Node, error) {
-	if opts.Token == "" && !opts.DisableAuth {
-		return nil, errors.New("peers: no token (set one, or disable auth explicitly)")
+	switch {
+	case opts.TLS == nil && !opts.InsecurePlaintext:
+		return nil, errors.New("peers: no TLS (the mesh needs mutual TLS; plaintext only when asked for explicitly)")
+	case opts.TLS != nil && opts.InsecurePlaintext:
+		return nil, errors.New("peers: TLS and InsecurePlaintext are exclusive")
+	case opts.TLS != nil && (opts.TLS.Server == nil || opts.TLS.Client == nil):
+		return nil, errors.New("peers: TLS needs both a server and a client configuration")
 	}
 	opts = opts.withDefaults()
-	return &Node{
-		opts:  opts,
-		tr:    tr,
-		ev:    make(chan event, opts.QueueLen),
-		peers: make(map[string]*peer),
-		self:  make(map[string]bool),
-		seen:  make(map[string]time.Time),
-	}, nil
+	n := &Node{
+		opts:    opts,
+		tr:      tr,
+		ev:      make(chan event, opts.QueueLen),
+		peers:   make(map[string]*peer),
+		self:    make(map[string]bool),
+		streams: make(map[*origin]bool),
+		active:  make(map[string]*origin),
+	}
+	n.refused = newRateLog(opts.Logger, opts.LogEvery, nil)
+	n.unreach = newRateLog(opts.Logger, opts.LogEvery, nil)
+	n.dropLog = newRateLog(opts.Logger, opts.LogEvery, nil)
+	return n, nil
 }
 
 // ID is the replica ID the node announces.
@@ -170,12 +223,12 @@ func (n *Node) ID() string { return n.opts.ID }
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	n.mu.Lock()
-	origins := len(n.seen)
+	origins := len(n.active)
 	n.mu.Unlock()
 	return Stats{
 		Dropped: n.dropped.Load(), PeerDropped: n.pdrop.Load(),
 		FramesSent: n.sent.Load(), BytesSent: n.bytes.Load(), FramesRecv: n.recv.Load(),
-		Rejected: n.reject.Load(), Expired: n.expired.Load(),
+		Rejected: n.reject.Load(), Ignored: n.ignored.Load(), Expired: n.expired.Load(),
 		Connected: int(n.conns.Load()), Origins: origins,
 	}
 }
@@ -192,7 +245,7 @@ func (n *Node) Changed(pod string, l picker.ReplicaLoad) { n.push(event{pod: pod
 
 // Sampled implements picker.Observer; it never blocks.
 func (n *Node) Sampled(pod string, tokens int, ttft time.Duration) {
-	n.push(event{pod: pod, sample: &sample{pod: pod, tokens: tokens, micros: int(ttft.Microseconds())}})
+	n.push(event{pod: pod, sample: &meshpb.Sample{Pod: pod, Tokens: uint64(max(tokens, 0)), Micros: uint64(max(ttft.Microseconds(), 0))}})
 }
 
 func (n *Node) push(e event) {
@@ -203,7 +256,7 @@ func (n *Node) push(e event) {
 	}
 }
 
-// Run observes the tracker, accepts peers' streams on ln (nil: send only)
+// Run observes the tracker, serves peers' streams on ln (nil: send only)
 // and streams to the discovered peers until ctx ends. It closes ln.
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -214,12 +267,20 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if ln != nil {
+		srv := n.server()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n.serve(ctx, ln)
+			if err := srv.Serve(limitListener(ln, maxInbound)); err != nil && ctx.Err() == nil {
+				n.opts.Logger.Error("peer listener failed", "err", err)
+			}
 		}()
-		go func() { <-ctx.Done(); ln.Close() }()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			srv.Stop() // closes the listener and every stream, waits for their handlers
+		}()
 	}
 	wg.Add(2)
 	go func() { defer wg.Done(); n.discover(ctx, &wg) }()
@@ -228,62 +289,43 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// discover keeps one sender per discovered peer address.
-func (n *Node) discover(ctx context.Context, wg *sync.WaitGroup) {
-	if n.opts.Discover == nil {
-		return
-	}
-	t := time.NewTicker(n.opts.Refresh)
-	defer t.Stop()
-	for {
-		addrs, err := n.opts.Discover.Peers(ctx)
-		if err != nil {
-			n.opts.Logger.Warn("peer discovery failed; keeping the previous peers", "err", err)
-		} else {
-			n.setPeers(ctx, addrs, wg)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// batch is what the flusher gathers into one message.
+type batch struct {
+	loads   map[string]picker.ReplicaLoad
+	records []*meshpb.Dispatch
+	samples []*meshpb.Sample
+	size    int // about the bytes it encodes to
 }
 
-func (n *Node) setPeers(ctx context.Context, addrs []string, wg *sync.WaitGroup) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	want := make(map[string]bool, len(addrs))
-	for _, a := range addrs {
-		if !n.self[a] {
-			want[a] = true
-		}
+func (b *batch) empty() bool { return len(b.loads) == 0 && len(b.records) == 0 && len(b.samples) == 0 }
+
+// frame builds the message for b and resets b.
+func (b *batch) frame() *meshpb.Frame {
+	out := &meshpb.Batch{Dispatches: b.records, Samples: b.samples}
+	out.Loads = make([]*meshpb.Load, 0, len(b.loads))
+	for pod, l := range b.loads {
+		out.Loads = append(out.Loads, loadMsg(pod, l))
 	}
-	for a, p := range n.peers {
-		if !want[a] {
-			p.cancel()
-			delete(n.peers, a)
-		}
-	}
-	for a := range want {
-		if n.peers[a] != nil {
-			continue
-		}
-		pctx, cancel := context.WithCancel(ctx)
-		p := &peer{addr: a, cancel: cancel, out: make(chan []byte, 256)}
-		n.peers[a] = p
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n.send(pctx, p)
-		}()
-	}
+	clear(b.loads)
+	b.records, b.samples, b.size = nil, nil, 0
+	return &meshpb.Frame{Kind: &meshpb.Frame_Batch{Batch: out}}
+}
+
+func loadMsg(pod string, l picker.ReplicaLoad) *meshpb.Load {
+	return &meshpb.Load{Pod: pod, Version: l.Version, InFlight: uint64(max(l.InFlight, 0)), Prefill: uint64(max(l.Prefill, 0)),
+		PromptTokens: uint64(max(l.PromptTokens, 0)), UncachedTokens: uint64(max(l.Uncached, 0))}
+}
+
+// fullState is a message with every local count, the first of a stream.
+func (n *Node) fullState() *meshpb.Frame {
+	b := batch{loads: n.tr.LocalLoads()}
+	return b.frame()
 }
 
 // flush sends queued changes: at once when nothing was sent for a Flush
 // interval (an idle cluster pays only the network's latency), else
-// batched until a Flush interval after the last frame (a busy one sends
-// at most one frame per interval). Every Heartbeat it sends the full
+// batched until a Flush interval after the last message (a busy one sends
+// at most one message per interval). Every Heartbeat it sends the full
 // local state.
 func (n *Node) flush(ctx context.Context) {
 	hb := time.NewTicker(n.opts.Heartbeat)
@@ -293,35 +335,31 @@ func (n *Node) flush(ctx context.Context) {
 	armed := false
 	var last time.Time
 	b := batch{loads: make(map[string]picker.ReplicaLoad)}
-	size := 0
-	var buf []byte
 	send := func() {
 		if b.empty() {
 			return
 		}
-		buf = encodeBatch(buf[:0], &b)
-		n.broadcast(buf)
-		clear(b.loads)
-		b.records = b.records[:0]
-		b.samples = b.samples[:0]
-		size = 0
+		n.broadcast(b.frame())
 		last = time.Now()
 	}
 	add := func(e event) {
 		if e.sample != nil {
-			b.samples = append(b.samples, *e.sample)
-			size += len(e.pod) + 12
+			b.samples = append(b.samples, e.sample)
+			b.size += len(e.pod) + 24
 			return
 		}
 		if old, ok := b.loads[e.pod]; !ok || e.load.Version >= old.Version {
 			b.loads[e.pod] = e.load
 		}
-		size += len(e.pod) + 32
+		b.size += len(e.pod) + 48
 		if e.hashes != nil {
-			b.records = append(b.records, record{pod: e.pod, hashes: e.hashes})
-			size += 8 * len(e.hashes)
+			// Keyed here, off the request path, as the local index keys
+			// what it records.
+			n.tr.Index().Key().Apply(e.hashes)
+			b.records = append(b.records, &meshpb.Dispatch{Pod: e.pod, BlockHashes: e.hashes})
+			b.size += len(e.pod) + 8 + 8*len(e.hashes)
 		}
-		if size >= n.opts.MaxFrameBytes/2 {
+		if b.size >= n.opts.MaxMessageBytes/2 {
 			send()
 		}
 	}
@@ -356,274 +394,37 @@ func (n *Node) flush(ctx context.Context) {
 				add(event{pod: pod, load: l})
 			}
 			if b.empty() {
-				b.records = append(b.records, record{}) // keep-alive
+				n.broadcast(&meshpb.Frame{Kind: &meshpb.Frame_Batch{Batch: &meshpb.Batch{}}}) // keep-alive
+				last = time.Now()
+				continue
 			}
 			send()
 		}
 	}
 }
 
-// broadcast hands one encoded frame to every connected peer's queue. The
-// peers share the bytes read-only.
-func (n *Node) broadcast(frame []byte) {
+// broadcast hands one message to every connected peer's queue. The peers
+// share it read-only.
+func (n *Node) broadcast(f *meshpb.Frame) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.peers) == 0 {
 		return
 	}
-	f := slices.Clone(frame)
+	size := int64(frameSize(f))
 	for _, p := range n.peers {
 		if !p.up.Load() {
-			continue // a full state follows the connection on the next heartbeat
+			continue // a stream starts with the full state
 		}
-		if p.queued.Load()+int64(len(f)) > int64(n.opts.PeerQueueBytes) {
+		if p.queued.Load()+size > int64(n.opts.PeerQueueBytes) {
 			n.pdrop.Add(1)
 			continue
 		}
 		select {
-		case p.out <- f:
-			p.queued.Add(int64(len(f)))
+		case p.out <- queued{f, size}:
+			p.queued.Add(size)
 		default:
 			n.pdrop.Add(1)
-		}
-	}
-}
-
-// peer is the sending side towards one address.
-type peer struct {
-	addr   string
-	cancel context.CancelFunc
-	out    chan []byte
-	queued atomic.Int64 // bytes in out
-	up     atomic.Bool
-}
-
-// send keeps a connection to p open and writes its frames, reconnecting
-// with backoff.
-func (n *Node) send(ctx context.Context, p *peer) {
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		err := n.sendOnce(ctx, p)
-		if errors.Is(err, errSelf) {
-			n.mu.Lock()
-			n.self[p.addr] = true
-			if n.peers[p.addr] == p {
-				delete(n.peers, p.addr)
-			}
-			n.mu.Unlock()
-			return
-		}
-		if err != nil && ctx.Err() == nil {
-			n.opts.Logger.Debug("peer connection ended", "peer", p.addr, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-var errSelf = errors.New("peers: dialled self")
-
-// maxInbound bounds the inbound connections served at once: a replica has
-// one per peer, so this only stops a flood of unauthenticated ones.
-const maxInbound = 256
-
-func (n *Node) sendOnce(ctx context.Context, p *peer) error {
-	d := net.Dialer{Timeout: n.opts.DialTimeout, KeepAlive: 15 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	if err := n.handshake(c); err != nil {
-		return err
-	}
-	// Drop what the previous connection left unsent: the next heartbeat
-	// carries the state.
-	for len(p.out) > 0 {
-		p.queued.Add(-int64(len(<-p.out)))
-	}
-	p.up.Store(true)
-	n.conns.Add(1)
-	defer func() { p.up.Store(false); n.conns.Add(-1) }()
-	// The receiver never writes after the handshake: a read returning
-	// means the connection is gone.
-	gone := make(chan struct{})
-	go func() { _, _ = io.Copy(io.Discard, c); close(gone) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-gone:
-			return errors.New("closed by peer")
-		case f := <-p.out:
-			p.queued.Add(-int64(len(f)))
-			_ = c.SetWriteDeadline(time.Now().Add(n.opts.WriteTimeout))
-			if _, err := c.Write(f); err != nil {
-				return err
-			}
-			n.sent.Add(1)
-			n.bytes.Add(uint64(len(f)))
-		}
-	}
-}
-
-func (n *Node) handshake(c net.Conn) error {
-	_ = c.SetDeadline(time.Now().Add(n.opts.DialTimeout))
-	var hdr [len(magic) + nonceLen]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return fmt.Errorf("handshake: %w", err)
-	}
-	if string(hdr[:len(magic)]) != magic {
-		return errors.New("handshake: not an infergate peer listener")
-	}
-	if _, err := c.Write(encodeHello(n.opts.ID, mac(n.opts.Token, hdr[len(magic):], n.opts.ID))); err != nil {
-		return fmt.Errorf("handshake: %w", err)
-	}
-	var st [1]byte
-	if _, err := io.ReadFull(c, st[:]); err != nil {
-		return fmt.Errorf("handshake: %w", err)
-	}
-	_ = c.SetDeadline(time.Time{})
-	switch st[0] {
-	case statusOK:
-		return nil
-	case statusSelf:
-		return errSelf
-	default:
-		return errors.New("handshake: peer refused our token")
-	}
-}
-
-// serve accepts peers' streams.
-func (n *Node) serve(ctx context.Context, ln net.Listener) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	slots := make(chan struct{}, maxInbound)
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() == nil {
-				n.opts.Logger.Error("peer listener failed", "err", err)
-			}
-			return
-		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			n.reject.Add(1) // more connections than any cluster has replicas
-			c.Close()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots }()
-			defer wg.Done()
-			defer c.Close()
-			stop := context.AfterFunc(ctx, func() { c.Close() })
-			defer stop()
-			if err := n.receive(c); err != nil && ctx.Err() == nil {
-				n.opts.Logger.Debug("peer stream ended", "remote", c.RemoteAddr().String(), "err", err)
-			}
-		}()
-	}
-}
-
-// receive authenticates one inbound stream and applies its frames.
-func (n *Node) receive(c net.Conn) error {
-	_ = c.SetDeadline(time.Now().Add(n.opts.DialTimeout))
-	hdr := make([]byte, len(magic)+nonceLen)
-	copy(hdr, magic)
-	if _, err := rand.Read(hdr[len(magic):]); err != nil {
-		return err
-	}
-	if _, err := c.Write(hdr); err != nil {
-		return err
-	}
-	buf, err := readFrame(c, nil, 4096)
-	if err != nil {
-		n.reject.Add(1)
-		return err
-	}
-	id, sum, err := decodeHello(buf)
-	switch {
-	case err != nil:
-		n.reject.Add(1)
-		return err
-	case !n.opts.DisableAuth && !hmac.Equal(sum, mac(n.opts.Token, hdr[len(magic):], id)):
-		n.reject.Add(1)
-		_, _ = c.Write([]byte{statusBadAuth})
-		n.opts.Logger.Warn("peer refused: bad token", "remote", c.RemoteAddr().String())
-		return errors.New("bad token")
-	case id == n.opts.ID:
-		_, _ = c.Write([]byte{statusSelf})
-		return nil
-	}
-	if _, err := c.Write([]byte{statusOK}); err != nil {
-		return err
-	}
-	r := bufio.NewReaderSize(c, 64<<10) // only once authenticated
-	var scratch []uint64
-	for {
-		// A live peer sends at least every heartbeat.
-		_ = c.SetReadDeadline(time.Now().Add(n.opts.TTL))
-		if buf, err = readFrame(r, buf, n.opts.MaxFrameBytes); err != nil {
-			return err
-		}
-		n.mu.Lock()
-		n.seen[id] = time.Now()
-		n.mu.Unlock()
-		scratch, err = decodeBatch(buf, scratch,
-			func(pod string, l picker.ReplicaLoad) { n.tr.SetRemote(id, pod, l) },
-			func(pod string, h []uint64) {
-				if pod != "" && len(h) > 0 {
-					n.tr.RecordRemote(pod, h)
-				}
-			},
-			func(s sample) { n.tr.RemoteSample(s.pod, s.tokens, time.Duration(s.micros)*time.Microsecond) })
-		if err != nil {
-			return err
-		}
-		n.recv.Add(1)
-	}
-}
-
-// reap drops the in-flight counts of peers silent for longer than the
-// TTL, and warns (at most every 10 s) when updates were dropped.
-func (n *Node) reap(ctx context.Context) {
-	t := time.NewTicker(max(n.opts.TTL/4, 10*time.Millisecond))
-	defer t.Stop()
-	var warned time.Time
-	var lastDrops uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if d := n.dropped.Load() + n.pdrop.Load(); d != lastDrops && now.Sub(warned) >= 10*time.Second {
-				n.opts.Logger.Warn("peer state updates dropped (queues full); heartbeats repair counts, prefix records are lost",
-					"dropped_total", d, "since_last_warning", d-lastDrops)
-				lastDrops, warned = d, now
-			}
-			var gone []string
-			n.mu.Lock()
-			for id, at := range n.seen {
-				if now.Sub(at) > n.opts.TTL {
-					gone = append(gone, id)
-					delete(n.seen, id)
-				}
-			}
-			n.mu.Unlock()
-			for _, id := range gone {
-				n.tr.DropRemote(id)
-				n.expired.Add(1)
-				n.opts.Logger.Info("peer replica expired", "peer", id)
-			}
 		}
 	}
 }

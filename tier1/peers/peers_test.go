@@ -1,98 +1,17 @@
 package peers
 
 import (
-	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/infergate/infergate/internal/testpki"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/prefix"
 )
 
-// replica is one Tier 1 replica's tracker and node, on a real socket.
-type replica struct {
-	tr     *picker.Tracker
-	node   *Node
-	addr   string
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func fastOpts(token string) Options {
-	return Options{Token: token, Flush: 2 * time.Millisecond, Heartbeat: 20 * time.Millisecond,
-		TTL: 300 * time.Millisecond, Refresh: 50 * time.Millisecond}
-}
-
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
-}
-
-func start(t *testing.T, ln net.Listener, opts Options, peers *Static) *replica {
-	t.Helper()
-	tr := picker.NewTracker(picker.TrackerOptions{})
-	if peers != nil {
-		opts.Discover = discoverFunc(func() []string { return *peers })
-	}
-	n, err := New(tr, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &replica{tr: tr, node: n, addr: ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
-	go func() { defer close(r.done); _ = n.Run(ctx, ln) }()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *replica) stop() {
-	r.cancel()
-	<-r.done
-}
-
-type discoverFunc func() []string
-
-func (f discoverFunc) Peers(context.Context) ([]string, error) { return f(), nil }
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func replicas(t *testing.T, n int, opts Options) []*replica {
-	t.Helper()
-	lns := make([]net.Listener, n)
-	addrs := make(Static, n)
-	for i := range lns {
-		lns[i] = listen(t)
-		addrs[i] = lns[i].Addr().String()
-	}
-	rs := make([]*replica, n)
-	for i := range rs {
-		// Every replica is given the full list, itself included, as a
-		// headless Service's DNS answer would be.
-		rs[i] = start(t, lns[i], opts, &addrs)
-	}
-	for _, r := range rs {
-		eventually(t, "every replica connected to its peers", func() bool { return r.node.Stats().Connected == n-1 })
-	}
-	return rs
-}
-
 func TestDispatchSharedAndCompleted(t *testing.T) {
-	rs := replicas(t, 3, fastOpts("s3cret"))
+	rs := replicas(t, 3, newMeshPKI(t, "mesh"), nil)
 	req := &picker.Request{PromptTokens: 640, BlockHashes: []uint64{11, 12, 13, 14}}
 	sent := time.Now()
 	rs[0].tr.Dispatched("pod-a", req)
@@ -126,13 +45,18 @@ func TestDispatchSharedAndCompleted(t *testing.T) {
 			return p.InFlight == 0 && p.InFlightPrefill == 0 && p.InFlightPromptTokens == 0
 		})
 	}
+	for _, r := range rs {
+		if s := r.node.Stats(); s.Rejected != 0 || s.Ignored != 0 {
+			t.Errorf("stats %+v: a replica of the mesh was refused or ignored", s)
+		}
+	}
 }
 
 // TestLongPromptShared: a prompt with more block hashes than a record
 // carries reaches the peers as its leading maxHashes blocks, not as a
-// malformed frame that would drop the connection.
+// message that would close the stream.
 func TestLongPromptShared(t *testing.T) {
-	rs := replicas(t, 2, fastOpts("s3cret"))
+	rs := replicas(t, 2, newMeshPKI(t, "mesh"), nil)
 	hashes := make([]uint64, prefix.DefaultPromptBlocks+100)
 	for i := range hashes {
 		hashes[i] = uint64(i) + 1
@@ -140,14 +64,14 @@ func TestLongPromptShared(t *testing.T) {
 	rs[0].tr.Dispatched("pod-a", &picker.Request{PromptTokens: 16 * len(hashes), BlockHashes: hashes})
 	eventually(t, "the long prompt on the peer", func() bool { return rs[1].tr.Index().PodLen("pod-a") == min(len(hashes), maxHashes) })
 	if s := rs[1].node.Stats(); s.Rejected != 0 {
-		t.Fatalf("peer stats %+v: frame rejected", s)
+		t.Fatalf("peer stats %+v: message rejected", s)
 	}
 	rs[0].tr.Dispatched("pod-b", &picker.Request{PromptTokens: 1, BlockHashes: []uint64{7}})
 	eventually(t, "sharing after the long prompt", func() bool { return rs[1].tr.Index().PodLen("pod-b") == 1 })
 }
 
 func TestKilledReplicaExpires(t *testing.T) {
-	rs := replicas(t, 3, fastOpts("s3cret"))
+	rs := replicas(t, 3, newMeshPKI(t, "mesh"), nil)
 	rs[2].tr.Dispatched("pod-b", &picker.Request{PromptTokens: 100})
 	rs[2].tr.Dispatched("pod-b", &picker.Request{PromptTokens: 100})
 	for _, r := range rs[:2] {
@@ -156,8 +80,8 @@ func TestKilledReplicaExpires(t *testing.T) {
 	rs[2].stop() // dies with two requests in flight, never completes them
 	for _, r := range rs[:2] {
 		eventually(t, "the dead replica's in-flight expiring", func() bool { return r.tr.InFlight("pod-b") == 0 })
-		if s := r.node.Stats(); s.Expired == 0 {
-			t.Fatalf("stats %+v: no expiry counted", s)
+		if s := r.node.Stats(); s.Expired == 0 || s.Origins != 1 {
+			t.Fatalf("stats %+v: want the dead replica expired and one peer live", s)
 		}
 	}
 	// The survivors still share.
@@ -165,33 +89,67 @@ func TestKilledReplicaExpires(t *testing.T) {
 	eventually(t, "sharing between the survivors", func() bool { return rs[1].tr.InFlight("pod-c") == 1 })
 }
 
-func TestBadTokenRefused(t *testing.T) {
+// TestReachedTwiceCountsOnce: a replica discovered under two addresses
+// (a static entry and a DNS name, say) opens two streams to the same
+// peer; only the newer one counts, so nothing is counted twice.
+func TestReachedTwiceCountsOnce(t *testing.T) {
+	pki := newMeshPKI(t, "mesh")
 	ln := listen(t)
-	good := start(t, ln, fastOpts("right"), nil)
-	bad := start(t, listen(t), fastOpts("wrong"), &Static{good.addr})
-	bad.tr.Dispatched("pod-a", &picker.Request{PromptTokens: 1, BlockHashes: []uint64{1, 2}})
-	eventually(t, "the connection refused", func() bool { return good.node.Stats().Rejected >= 1 })
-	time.Sleep(100 * time.Millisecond) // several heartbeats: nothing may count
-	if n := good.tr.InFlight("pod-a"); n != 0 || good.tr.Index().Len() != 0 || good.node.Stats().FramesRecv != 0 {
-		t.Fatalf("state from a peer with a bad token was applied: in flight %d, index %d", n, good.tr.Index().Len())
+	recv := start(t, ln, fastOpts(pki.tls(t)), nil)
+	_, port, _ := splitHostPort(recv.addr)
+	sender := start(t, listen(t), fastOpts(pki.tls(t)), &Static{recv.addr, "localhost:" + port})
+	eventually(t, "two streams to the same peer", func() bool { return sender.node.Stats().Connected == 2 })
+	for range 3 {
+		sender.tr.Dispatched("pod-a", &picker.Request{PromptTokens: 10})
 	}
-	if s := bad.node.Stats(); s.Connected != 0 {
-		t.Fatalf("sender with a bad token counts %d connections", s.Connected)
+	eventually(t, "the dispatches on the peer", func() bool { return recv.tr.InFlight("pod-a") == 3 })
+	time.Sleep(100 * time.Millisecond) // several heartbeats on both streams
+	if n, s := recv.tr.InFlight("pod-a"), recv.node.Stats(); n != 3 || s.Origins != 1 {
+		t.Fatalf("in flight %d, stats %+v: want 3 counted once, from one origin", n, s)
 	}
 }
 
-func TestNoTokenNeedsExplicitOptOut(t *testing.T) {
-	if _, err := New(picker.NewTracker(picker.TrackerOptions{}), Options{}); err == nil {
-		t.Fatal("New without token or DisableAuth succeeded")
+func TestNoTLSNeedsExplicitOptOut(t *testing.T) {
+	tr := picker.NewTracker(picker.TrackerOptions{})
+	if _, err := New(tr, Options{}); err == nil {
+		t.Fatal("New without TLS or InsecurePlaintext succeeded")
 	}
-	if _, err := New(picker.NewTracker(picker.TrackerOptions{}), Options{DisableAuth: true}); err != nil {
+	if _, err := New(tr, Options{TLS: &TLS{}}); err == nil {
+		t.Fatal("New with an empty TLS succeeded")
+	}
+	if _, err := New(tr, Options{InsecurePlaintext: true}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPlaintextMesh: the explicit development opt-out still shares.
+func TestPlaintextMesh(t *testing.T) {
+	a, b := listen(t), listen(t)
+	addrs := Static{a.Addr().String(), b.Addr().String()}
+	opts := fastOpts(nil)
+	opts.InsecurePlaintext = true
+	ra := start(t, a, opts, &addrs)
+	rb := start(t, b, opts, &addrs)
+	ra.tr.Dispatched("pod-a", &picker.Request{PromptTokens: 1})
+	eventually(t, "sharing in plaintext", func() bool { return rb.tr.InFlight("pod-a") == 1 })
+}
+
+func TestLoadTLSRefusesForeignCertificate(t *testing.T) {
+	mesh, other := newMeshPKI(t, "mesh"), newMeshPKI(t, "other")
+	f := other.files(t, testpki.LeafOptions{})
+	f.CAFile = mesh.files(t, testpki.LeafOptions{}).CAFile
+	_, err := LoadTLS(t.Context(), f, tlsOptions())
+	if err == nil || !contains(err.Error(), f.CertFile) || !contains(err.Error(), f.CAFile) {
+		t.Fatalf("err = %v, want it to name %s and %s", err, f.CertFile, f.CAFile)
+	}
+	if _, err := LoadTLS(t.Context(), TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile}, tlsOptions()); err == nil {
+		t.Fatal("LoadTLS without a CA succeeded")
 	}
 }
 
 func TestQueueFullDropsAndCounts(t *testing.T) {
 	tr := picker.NewTracker(picker.TrackerOptions{})
-	n, err := New(tr, Options{Token: "t", QueueLen: 4})
+	n, err := New(tr, Options{InsecurePlaintext: true, QueueLen: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +174,7 @@ func TestQueueFullDropsAndCounts(t *testing.T) {
 }
 
 func TestHeartbeatHealsDroppedUpdates(t *testing.T) {
-	opts := fastOpts("s3cret")
-	opts.QueueLen = 1
-	rs := replicas(t, 2, opts)
+	rs := replicas(t, 2, newMeshPKI(t, "mesh"), func(o *Options) { o.QueueLen = 1 })
 	reqs := make([]*picker.Request, 50)
 	for i := range reqs {
 		reqs[i] = &picker.Request{PromptTokens: 10}
@@ -228,4 +184,49 @@ func TestHeartbeatHealsDroppedUpdates(t *testing.T) {
 		rs[0].tr.Done("pod-a", r)
 	}
 	eventually(t, "the peer converging on 30 in flight", func() bool { return rs[1].tr.InFlight("pod-a") == 30 })
+}
+
+// TestHashKey: replicas sharing a hash key share prefix records that
+// match their own requests' raw hashes; the index holds only keyed
+// values; a replica with another key is refused and applies nothing.
+func TestHashKey(t *testing.T) {
+	key, err := prefix.NewKey([]byte("0123456789abcdef-deployment-one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := newMeshPKI(t, "mesh")
+	keyed := func() *picker.Tracker {
+		tr := picker.NewTracker(picker.TrackerOptions{})
+		tr.Index().SetKey(key)
+		return tr
+	}
+	a, b := listen(t), listen(t)
+	addrs := Static{a.Addr().String(), b.Addr().String()}
+	ra := startWith(t, keyed(), a, fastOpts(pki.tls(t)), &addrs)
+	rb := startWith(t, keyed(), b, fastOpts(pki.tls(t)), &addrs)
+	eventually(t, "the keyed replicas connected", func() bool {
+		return ra.node.Stats().Connected == 1 && rb.node.Stats().Connected == 1
+	})
+	raw := []uint64{101, 102, 103}
+	ra.tr.Dispatched("pod-a", &picker.Request{PromptTokens: 48, BlockHashes: raw})
+	eventually(t, "the keyed record on the peer", func() bool { return rb.tr.Index().PodLen("pod-a") == 3 })
+	if got := rb.tr.Index().Match(raw, []string{"pod-a"}, nil); got[0] != 3 {
+		t.Fatalf("peer's match of the raw hashes = %v, want 3 blocks", got)
+	}
+	// The peer's index holds keyed values: without the key, the raw
+	// hashes match nothing there.
+	if got := rb.tr.Index().Match([]uint64{key.Sum(raw[0])}, []string{"pod-a"}, nil); got[0] != 0 {
+		t.Fatalf("a keyed value matched as raw: %v", got)
+	}
+
+	// A replica with another key (or none) cannot feed records that can
+	// never match: its streams are refused.
+	c := listen(t)
+	rc := start(t, c, fastOpts(pki.tls(t)), &Static{rb.addr})
+	rc.tr.Dispatched("pod-z", &picker.Request{PromptTokens: 1, BlockHashes: []uint64{9}})
+	eventually(t, "the unkeyed replica refused", func() bool { return rb.node.Stats().Rejected >= 1 })
+	time.Sleep(100 * time.Millisecond)
+	if rb.tr.InFlight("pod-z") != 0 || rb.tr.Index().PodLen("pod-z") != 0 || rc.node.Stats().Connected != 0 {
+		t.Fatalf("state from a replica with another hash key was applied (connected %d)", rc.node.Stats().Connected)
+	}
 }

@@ -88,7 +88,7 @@ func (t *Tracker) SetRemote(origin, pod string, l ReplicaLoad) {
 		if l.InFlight == 0 && l.Prefill == 0 && l.PromptTokens == 0 && l.Uncached == 0 {
 			return
 		}
-		st = t.pod(pod)
+		st = t.remotePod(pod)
 	}
 	old, had := st.remote[origin]
 	if had && l.Version != 0 && l.Version < old.Version {
@@ -107,22 +107,48 @@ func (t *Tracker) SetRemote(origin, pod string, l ReplicaLoad) {
 
 // RecordRemote records that replica sent a request with these prefix
 // blocks to pod, so local requests sharing the prefix follow it there.
+// The hashes are as the peer's index holds them: keyed when the index has
+// a key (prefix.Index.SetKey), which the peer shares.
 func (t *Tracker) RecordRemote(pod string, hashes []uint64) {
-	t.idx.Record(pod, hashes)
+	t.idx.RecordKeyed(pod, hashes)
+}
+
+// remotePod returns pod's state, creating it as one only peers' state
+// holds (freed by DropRemote when no peer counts on it any more).
+func (t *Tracker) remotePod(name string) *podState {
+	st := t.pods[name]
+	if st == nil {
+		st = &podState{remoteOnly: true}
+		t.pods[name] = st
+	}
+	return st
 }
 
 // DropRemote forgets everything replica origin said about in-flight work
-// (it stopped, or has not been heard from within the TTL). Prefix blocks
-// it recorded stay: the pods still hold them.
+// (it stopped, or has not been heard from within the TTL), and frees the
+// entries of pods only peers' state held that no peer counts on any more
+// (a peer naming pods this replica never used costs nothing once it
+// expires). Prefix blocks it recorded stay: the pods still hold them.
 func (t *Tracker) DropRemote(origin string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, st := range t.pods {
+	for name, st := range t.pods {
 		if old, ok := st.remote[origin]; ok {
 			st.rsum = st.rsum.sub(old)
 			delete(st.remote, origin)
 		}
+		if st.remoteOnly && len(st.remote) == 0 {
+			delete(t.pods, name)
+		}
 	}
+}
+
+// PodStates returns how many pods the tracker holds state for, its own
+// or peers'.
+func (t *Tracker) PodStates() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.pods)
 }
 
 // RemoteSample teaches pod's prefill-speed estimate a sample a peer
@@ -134,7 +160,7 @@ func (t *Tracker) RemoteSample(pod string, tokens int, ttft time.Duration) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pod(pod).speed.add(t.opts.Alpha, float64(tokens), ttft.Seconds())
+	t.remotePod(pod).speed.add(t.opts.Alpha, float64(tokens), ttft.Seconds())
 }
 
 // RemoteInFlight returns what peer replicas have in flight on pod.

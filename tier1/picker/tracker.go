@@ -80,6 +80,9 @@ type podState struct {
 	// rsum is its sum, which Apply adds to the local counts.
 	remote map[string]ReplicaLoad
 	rsum   ReplicaLoad
+	// remoteOnly: only peers' state made this entry (SetRemote,
+	// RemoteSample); DropRemote frees it once no peer counts on it.
+	remoteOnly bool
 }
 
 type flight struct {
@@ -122,6 +125,7 @@ func (t *Tracker) pod(name string) *podState {
 		st = &podState{}
 		t.pods[name] = st
 	}
+	st.remoteOnly = false
 	return st
 }
 

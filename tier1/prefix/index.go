@@ -109,7 +109,19 @@ type Index struct {
 
 	scratch sync.Pool // *matchScratch
 	groups  sync.Pool // *[]uint64, hashes grouped by shard
+
+	// key, when set, keys every hash recorded and looked up (SetKey).
+	key   atomic.Pointer[Key]
+	keyed sync.Pool // *[]uint64, a request's keyed hashes
 }
+
+// SetKey makes the index store and compare hashes keyed with k (nil: as
+// given). Set it before the first Record: entries recorded under another
+// key never match again (they age out like any other).
+func (x *Index) SetKey(k *Key) { x.key.Store(k) }
+
+// Key returns the key set with SetKey, nil if none.
+func (x *Index) Key() *Key { return x.key.Load() }
 
 // shard is one lock's worth of the index.
 type shard struct {
@@ -208,6 +220,25 @@ func (x *Index) PodLen(pod string) int {
 // checks it under churn), and across shards as nearly as their evictions
 // keep pace, which uniform hashing makes close.
 func (x *Index) Record(pod string, hashes []uint64) {
+	k := x.key.Load()
+	if k == nil || len(hashes) == 0 {
+		x.RecordKeyed(pod, hashes)
+		return
+	}
+	bp, _ := x.keyed.Get().(*[]uint64)
+	if bp == nil {
+		bp = new([]uint64)
+	}
+	buf := append((*bp)[:0], hashes[:min(len(hashes), x.opts.MaxBlocksPerPod)]...)
+	k.Apply(buf)
+	x.RecordKeyed(pod, buf)
+	*bp = buf
+	x.keyed.Put(bp)
+}
+
+// RecordKeyed is Record for hashes already keyed with the index's key (a
+// peer replica's records, tier1/peers); without a key it is Record.
+func (x *Index) RecordKeyed(pod string, hashes []uint64) {
 	if len(hashes) == 0 {
 		return
 	}
@@ -560,6 +591,20 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 		s.mark = make([]uint32, x.ids)
 	}
 	s.act, s.all, s.fp = s.act[:0], s.all[:0], 0
+	// at is block i's hash as the index holds it: keyed when a key is set,
+	// probe by probe (the gallop below looks at O(log n) blocks).
+	key := x.key.Load()
+	var kb *[32]byte
+	if key != nil {
+		kb = key.buf()
+		defer key.bufs.Put(kb)
+	}
+	at := func(i int) uint64 {
+		if key == nil {
+			return hashes[i]
+		}
+		return key.sum(hashes[i], kb)
+	}
 	for j, name := range pods {
 		if id, ok := x.podIDs[name]; ok {
 			if s.pos[id] == 0 {
@@ -575,8 +620,9 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	// matched exactly i blocks.
 	keep := func(i int) {
 		s.gen++
-		sh := x.shardOf(hashes[i])
-		if hd, ok := sh.heads.get(hashes[i]); ok {
+		h := at(i)
+		sh := x.shardOf(h)
+		if hd, ok := sh.heads.get(h); ok {
 			for c := hd.first; c != nilNode; c = sh.nodes[c].chain {
 				s.mark[sh.nodes[c].pod] = s.gen
 			}
@@ -596,8 +642,9 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	}
 	// all reports whether all k active pods hold block i.
 	all := func(i, k int) bool {
-		sh := x.shardOf(hashes[i])
-		hd, ok := sh.heads.get(hashes[i])
+		h := at(i)
+		sh := x.shardOf(h)
+		hd, ok := sh.heads.get(h)
 		if !ok || int(hd.n) < k {
 			return false // fewer holders than active pods: no walk needed
 		}
@@ -625,8 +672,9 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 
 	// When exactly the candidates hold the first block (a system prompt
 	// every pod has seen), the fingerprint says so without a walk.
-	sh0 := x.shardOf(hashes[0])
-	if hd, ok := sh0.heads.get(hashes[0]); !ok || int(hd.n) != len(s.act) || sh0.nodes[hd.first].fp != s.fp {
+	h0 := at(0)
+	sh0 := x.shardOf(h0)
+	if hd, ok := sh0.heads.get(h0); !ok || int(hd.n) != len(s.act) || sh0.nodes[hd.first].fp != s.fp {
 		keep(0)
 	}
 	lo := 0

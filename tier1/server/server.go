@@ -22,11 +22,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/gateway"
 	"github.com/infergate/infergate/tier1/kube"
 	"github.com/infergate/infergate/tier1/peers"
+	"github.com/infergate/infergate/tier1/prefix"
 	"github.com/infergate/infergate/tier1/register"
 )
 
@@ -99,7 +101,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw, traces: traces}
 	if cfg.Peers.Enabled() {
-		if s.node, err = newPeers(cfg, gw, opts.Logger); err != nil {
+		if s.node, err = newPeers(ctx, cfg, gw, opts.Logger); err != nil {
 			gw.Close()
 			return nil, err
 		}
@@ -129,12 +131,39 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 }
 
 // newPeers builds the node that shares the gateway's routing state with
-// the cluster's other replicas (docs/tier1-replicas.md).
-func newPeers(cfg *Config, gw *gateway.Gateway, log *slog.Logger) (*peers.Node, error) {
+// the cluster's other replicas (docs/tier1-replicas.md): mutual TLS from
+// peers.tls (checked now, so a replica the mesh would refuse fails at
+// start), the prefix hash key, discovery.
+func newPeers(ctx context.Context, cfg *Config, gw *gateway.Gateway, log *slog.Logger) (*peers.Node, error) {
 	pc := cfg.Peers
-	token, err := pc.ResolveToken()
+	log = log.With("component", "peers")
+	secret, err := pc.ResolveHashKey()
 	if err != nil {
 		return nil, err
+	}
+	if secret != nil {
+		key, err := prefix.NewKey(secret)
+		if err != nil {
+			return nil, fmt.Errorf("peers: hash key: %w", err)
+		}
+		// Before the first request: the index keys what it records and
+		// looks up, the node what it streams.
+		gw.Tracker().Index().SetKey(key)
+	}
+	var meshTLS *peers.TLS
+	if pc.InsecurePlaintext {
+		log.Warn("peers.insecure_plaintext: the replica mesh runs WITHOUT TLS or any authentication; loopback only, never across hosts")
+	} else {
+		m, err := tlsfiles.NewMetrics(gw.Registry())
+		if err != nil {
+			return nil, fmt.Errorf("peers: tls metrics: %w", err)
+		}
+		t := pc.TLS
+		meshTLS, err = peers.LoadTLS(ctx, peers.TLSFiles{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile,
+			ServerName: t.ServerName, MinVersion: t.MinVersion}, tlsfiles.Options{Name: "tier1-peers", Logger: log, Metrics: m})
+		if err != nil {
+			return nil, fmt.Errorf("peers.tls: %w", err)
+		}
 	}
 	var disc peers.Multi
 	if len(pc.Static) > 0 {
@@ -155,9 +184,9 @@ func newPeers(cfg *Config, gw *gateway.Gateway, log *slog.Logger) (*peers.Node, 
 		disc = append(disc, peers.Consul{Client: client, Cluster: cfg.Cluster, Port: pc.PeerPort()})
 	}
 	n, err := peers.New(gw.Tracker(), peers.Options{
-		Token: token, DisableAuth: pc.DisableAuth, Discover: disc,
+		TLS: meshTLS, InsecurePlaintext: pc.InsecurePlaintext, Known: gw.HasPod, Discover: disc,
 		TTL: pc.TTL, Flush: pc.Flush, Heartbeat: pc.Heartbeat, Refresh: pc.Refresh,
-		QueueLen: pc.QueueLen, Logger: log.With("component", "peers"),
+		QueueLen: pc.QueueLen, Logger: log,
 	})
 	if err != nil {
 		return nil, err
