@@ -14,8 +14,9 @@ import (
 )
 
 // tier1ConfigAsRendered applies what templates/configmap.yaml adds to
-// .Values.config: listen, metrics_listen, auth.token_env and peers (with
-// replicas sharing state, release "t" in namespace "default") when absent.
+// .Values.config: listen, metrics_listen, auth.token_env and peers with its
+// mesh TLS (with replicas sharing state, release "t" in namespace
+// "default") when absent.
 func tier1ConfigAsRendered(t *testing.T, valuesFiles ...string) []byte {
 	t.Helper()
 	values := map[string]any{}
@@ -45,10 +46,17 @@ func tier1ConfigAsRendered(t *testing.T, valuesFiles ...string) []byte {
 	peers, _ := values["peers"].(map[string]any)
 	replicas, _ := values["replicaCount"].(int)
 	if _, ok := cfg["peers"]; !ok && peers["enabled"] == true && replicas > 1 {
+		dns := fmt.Sprintf("t-infergate-tier1-peers.default.svc.%v", values["clusterDomain"])
 		cfg["peers"] = map[string]any{
-			"listen":    fmt.Sprintf(":%v", peers["port"]),
-			"dns":       fmt.Sprintf("t-infergate-tier1-peers.default.svc.%v", values["clusterDomain"]),
-			"token_env": "INFERGATE_PEERS_TOKEN",
+			"listen":       fmt.Sprintf(":%v", peers["port"]),
+			"dns":          dns,
+			"hash_key_env": "INFERGATE_PEERS_HASH_KEY",
+			"tls": map[string]any{
+				"cert_file":   "/etc/infergate/tls/peers/tls.crt",
+				"key_file":    "/etc/infergate/tls/peers/tls.key",
+				"ca_file":     "/etc/infergate/tls/peers/ca.crt",
+				"server_name": dns,
+			},
 		}
 	}
 	out, err := yaml.Marshal(cfg)

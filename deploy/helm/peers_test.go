@@ -56,7 +56,7 @@ type peersRender struct {
 	service   map[string]any // <fullname>-peers, nil if absent
 	secret    map[string]any // <fullname>-peers-token, nil if absent
 	port      map[string]any // container port "peers", nil if absent
-	env       map[string]any // INFERGATE_PEERS_TOKEN, nil if absent
+	env       map[string]any // INFERGATE_PEERS_HASH_KEY, nil if absent
 	selector  any            // the Deployment's spec.selector.matchLabels
 	deployEnv []any
 }
@@ -111,7 +111,7 @@ func renderPeers(t *testing.T, args ...string) peersRender {
 	}
 	r.deployEnv, _ = dig(c, "env").([]any)
 	for _, e := range r.deployEnv {
-		if dig(e, "name") == "INFERGATE_PEERS_TOKEN" {
+		if dig(e, "name") == "INFERGATE_PEERS_HASH_KEY" {
 			r.env = e.(map[string]any)
 		}
 	}
@@ -119,9 +119,10 @@ func renderPeers(t *testing.T, args ...string) peersRender {
 }
 
 // TestTier1ChartPeers checks that the chart runs its replicas with routing
-// state sharing on: a config peers section Tier 1 accepts, a headless
-// Service that also lists unready replicas, the peer port, and the token
-// from a Secret; and that none of it renders when sharing is off.
+// state sharing on: a config peers section Tier 1 accepts (mutual TLS with
+// the mounted mesh certificate), a headless Service that also lists unready
+// replicas, the peer port, and the prefix-hash key from a Secret; and that
+// none of it renders when sharing is off.
 func TestTier1ChartPeers(t *testing.T) {
 	if !findTool("helm") {
 		t.Skip("helm not installed (run scripts/deploy-tools.sh)")
@@ -131,8 +132,12 @@ func TestTier1ChartPeers(t *testing.T) {
 		r := renderPeers(t)
 		p := r.cfg.Peers
 		if !p.Enabled() || p.Listen != ":7946" || p.DNS != "t-infergate-tier1-peers.llm.svc.cluster.local" ||
-			p.PeerPort() != 7946 || p.TokenEnv != "INFERGATE_PEERS_TOKEN" || p.DisableAuth {
+			p.PeerPort() != 7946 || p.HashKeyEnv != "INFERGATE_PEERS_HASH_KEY" || p.TokenEnv != "" || p.InsecurePlaintext {
 			t.Errorf("rendered peers: %+v (port %d)", p, p.PeerPort())
+		}
+		if tl := p.TLS; tl.CertFile != "/etc/infergate/tls/peers/tls.crt" || tl.KeyFile != "/etc/infergate/tls/peers/tls.key" ||
+			tl.CAFile != "/etc/infergate/tls/peers/ca.crt" || tl.ServerName != p.DNS {
+			t.Errorf("rendered peers.tls: %+v", tl)
 		}
 
 		svc := r.service
@@ -155,11 +160,11 @@ func TestTier1ChartPeers(t *testing.T) {
 		}
 
 		if r.env == nil {
-			t.Fatal("no INFERGATE_PEERS_TOKEN in the container env")
+			t.Fatal("no INFERGATE_PEERS_HASH_KEY in the container env")
 		}
 		if dig(r.env, "valueFrom", "secretKeyRef", "name") != "t-infergate-tier1-peers-token" ||
 			dig(r.env, "valueFrom", "secretKeyRef", "key") != "token" || r.env["value"] != nil {
-			t.Errorf("INFERGATE_PEERS_TOKEN: %v", r.env)
+			t.Errorf("INFERGATE_PEERS_HASH_KEY: %v", r.env)
 		}
 		if r.secret == nil {
 			t.Fatal("no Secret t-infergate-tier1-peers-token")
@@ -172,11 +177,11 @@ func TestTier1ChartPeers(t *testing.T) {
 		if err != nil || len(tok) < 32 {
 			t.Fatalf("peers Secret token: %d bytes, %v", len(tok), err)
 		}
-		// The token the Secret holds is the one Tier 1 resolves.
-		t.Setenv("INFERGATE_PEERS_TOKEN", string(tok))
-		got, err := p.ResolveToken()
-		if err != nil || got != string(tok) {
-			t.Errorf("ResolveToken: %v (token matches: %v)", err, got == string(tok))
+		// The key the Secret holds is the one Tier 1 resolves.
+		t.Setenv("INFERGATE_PEERS_HASH_KEY", string(tok))
+		got, err := p.ResolveHashKey()
+		if err != nil || string(got) != string(tok) {
+			t.Errorf("ResolveHashKey: %v (key matches: %v)", err, string(got) == string(tok))
 		}
 		// The client token Secret is a different one.
 		for _, e := range r.deployEnv {
@@ -192,7 +197,7 @@ func TestTier1ChartPeers(t *testing.T) {
 			t.Error("the chart created a peers Secret although peers.existingSecret is set")
 		}
 		if dig(r.env, "valueFrom", "secretKeyRef", "name") != "my-peers" || dig(r.env, "valueFrom", "secretKeyRef", "key") != "shared" {
-			t.Errorf("INFERGATE_PEERS_TOKEN: %v", r.env)
+			t.Errorf("INFERGATE_PEERS_HASH_KEY: %v", r.env)
 		}
 	})
 
@@ -201,7 +206,8 @@ func TestTier1ChartPeers(t *testing.T) {
 		if b64, _ := dig(r.secret, "data", "token").(string); b64 != base64.StdEncoding.EncodeToString([]byte("s3cret-peer-token")) {
 			t.Errorf("peers Secret does not hold peers.token: %q", b64)
 		}
-		if p := r.cfg.Peers; p.DNS != "t-infergate-tier1-peers.llm.svc.k8s.internal" || p.Listen != ":7000" || p.PeerPort() != 7000 {
+		if p := r.cfg.Peers; p.DNS != "t-infergate-tier1-peers.llm.svc.k8s.internal" || p.Listen != ":7000" || p.PeerPort() != 7000 ||
+			p.TLS.ServerName != p.DNS {
 			t.Errorf("rendered peers: %+v", p)
 		}
 		sp, _ := dig(r.service, "spec", "ports").([]any)
@@ -211,9 +217,13 @@ func TestTier1ChartPeers(t *testing.T) {
 	})
 
 	t.Run("config.peers kept as written", func(t *testing.T) {
-		r := renderPeers(t, "--set-json", `config.peers={"listen":":7946","static":["10.0.0.1:7946","10.0.0.2:7946"],"token_env":"INFERGATE_PEERS_TOKEN"}`)
+		r := renderPeers(t, "--set-json", `config.peers={"listen":":7946","static":["10.0.0.1:7946","10.0.0.2:7946"],"hash_key_env":"INFERGATE_PEERS_HASH_KEY"}`)
 		if p := r.cfg.Peers; p.DNS != "" || len(p.Static) != 2 {
 			t.Errorf("chart changed config.peers: %+v", p)
+		}
+		// The mesh certificate is mounted, so its paths are added.
+		if p := r.cfg.Peers; p.TLS.CertFile != "/etc/infergate/tls/peers/tls.crt" || p.TLS.CAFile != "/etc/infergate/tls/peers/ca.crt" {
+			t.Errorf("config.peers without tls: chart rendered %+v", p.TLS)
 		}
 		if r.service == nil || r.env == nil {
 			t.Error("Service or token env missing with a user config.peers")
