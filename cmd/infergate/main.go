@@ -7,6 +7,7 @@
 //	tier2   the regional front door
 //	bench   the side-by-side routing benchmark
 //	dev     the all-in-one local stack
+//	version the version and build information (also --version)
 package main
 
 import (
@@ -30,11 +31,12 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"sim":   {summary: "run a simulated GPU model server (or a fleet of them)", run: runSim},
-	"tier1": {summary: "run the per-cluster GPU-aware router", run: runTier1},
-	"tier2": {summary: "run the regional front door", run: runTier2},
-	"bench": {summary: "compare routing policies side by side on a simulated fleet", run: runBench},
-	"dev":   {summary: "run the all-in-one local stack", run: runDev},
+	"sim":     {summary: "run a simulated GPU model server (or a fleet of them)", run: runSim},
+	"tier1":   {summary: "run the per-cluster GPU-aware router", run: runTier1},
+	"tier2":   {summary: "run the regional front door", run: runTier2},
+	"bench":   {summary: "compare routing policies side by side on a simulated fleet", run: runBench},
+	"dev":     {summary: "run the all-in-one local stack", run: runDev},
+	"version": {summary: "print the version and build information", run: runVersion},
 }
 
 func usage(w io.Writer) {
@@ -80,6 +82,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
