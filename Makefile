@@ -24,6 +24,15 @@ test: tools lint
 	$(GO) test -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v -x -F $(foreach p,$(RACE_PKGS),-e github.com/infergate/infergate/$(patsubst ./%,%,$(p))))
 	$(MAKE) fuzz-smoke
 
+## image: the container image (linux/amd64 and linux/arm64, non-root, no
+## shell) as an OCI archive in IMAGE_TAR, named ghcr.io/infergate/infergate:<VERSION file>;
+## needs no Docker engine (`docker load -i bin/infergate-image.tar` to use it).
+## The Dockerfile builds the same image with Docker.
+IMAGE_TAR ?= bin/infergate-image.tar
+.PHONY: image
+image:
+	$(GO) run ./deploy/tools/image -out $(IMAGE_TAR)
+
 ## unit: the fast Go tests only.
 unit:
 	$(GO) test -count=1 -short $(PKGS)
