@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -417,11 +418,9 @@ func (s *ServerConfig) Certificate() *x509.Certificate { return s.f.cur.Load().c
 
 // ClientConfig is an outbound connection's reloading TLS configuration.
 type ClientConfig struct {
-	f   *files
-	c   Client
-	mv  uint16
-	mu  sync.Mutex
-	cfg *tls.Config
+	f  *files
+	c  Client
+	mv uint16
 }
 
 // NewClient loads c's files and re-reads them every Options.Interval until
@@ -441,54 +440,48 @@ func NewClient(ctx context.Context, c Client, opts Options) (*ClientConfig, erro
 	return cc, nil
 }
 
-// Config is the configuration to dial with. The CA bundle and the client
-// certificate are read at each handshake, so a rotation applies to the
-// next connection. With a CA file, the server's chain is verified here
-// (against the bundle current at the handshake) rather than by crypto/tls,
-// whose RootCAs cannot change under a live config.
+// Config is a configuration to dial with: crypto/tls verifies the server
+// against the CA bundle loaded now (the system roots without one) and the
+// name dialled (or ServerName), and the client certificate is read at each
+// handshake, so its rotation applies to the next connection. A rotated CA
+// bundle reaches only configurations made after it: dial through
+// DialTLSContext to pick it up without a restart.
 func (c *ClientConfig) Config() *tls.Config {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cfg != nil {
-		return c.cfg.Clone()
-	}
-	cfg := &tls.Config{MinVersion: c.mv, ServerName: c.c.ServerName}
+	cfg := &tls.Config{MinVersion: c.mv, ServerName: c.c.ServerName, RootCAs: c.f.cur.Load().pool}
 	if c.c.CertFile != "" {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return c.f.cur.Load().cert, nil
 		}
 	}
-	if c.c.CAFile != "" {
-		// Verification happens in VerifyConnection, against the current
-		// bundle; crypto/tls would otherwise pin the bundle of the first
-		// handshake for the life of the config.
-		cfg.InsecureSkipVerify = true
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			return verifyServer(cs, c.f.cur.Load().pool)
-		}
-	}
-	c.cfg = cfg
-	return cfg.Clone()
+	return cfg
 }
 
-// verifyServer does what crypto/tls does for a client with RootCAs set:
-// the chain must reach a root in pool and name the server.
-func verifyServer(cs tls.ConnectionState, pool *x509.CertPool) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tls: server sent no certificate")
+// DialTLSContext returns a dial function (for http.Transport's
+// DialTLSContext) that connects with dial and completes a TLS handshake
+// with the configuration current at that moment, so a rotated CA bundle
+// applies to the next connection. The server is verified against the name
+// dialled unless ServerName is set.
+func (c *ClientConfig) DialTLSContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg := c.Config()
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			cfg.ServerName = host
+		}
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
 	}
-	inter := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		inter.AddCert(c)
-	}
-	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-		Roots: pool, Intermediates: inter, DNSName: cs.ServerName,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	if err != nil {
-		return fmt.Errorf("tls: server certificate: %w", err)
-	}
-	return nil
 }
 
 // Reload re-reads the files now instead of at the next interval.

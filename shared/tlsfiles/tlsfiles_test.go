@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,4 +289,85 @@ func TestMinVersion(t *testing.T) {
 		conn.Close()
 		t.Fatal("a TLS 1.2 client reached a server whose minimum is 1.3")
 	}
+}
+
+// A client dialling an IP address must check that the certificate names
+// that address: a certificate from the same CA for another host is refused.
+func TestClientChecksTheNameDialled(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "ca")
+	other := testpki.Write(t, dir, "other", ca.Issue(t, testpki.LeafOptions{
+		DNSNames: []string{"elsewhere.example"}, IPs: []net.IP{net.IPv4(10, 9, 9, 9)}}), ca)
+	ctx := context.Background()
+	sc, err := tlsfiles.NewServer(ctx, tlsfiles.Server{CertFile: other.Cert, KeyFile: other.Key}, tlsfiles.Options{Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := echoServer(t, sc.Config())
+	cc, err := tlsfiles.NewClient(ctx, tlsfiles.Client{CAFile: other.CA}, tlsfiles.Options{Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := tls.Dial("tcp", addr, cc.Config()); err == nil {
+		c.Close()
+		t.Fatal("Config accepted a certificate that does not name 127.0.0.1")
+	}
+	var d net.Dialer
+	if c, err := cc.DialTLSContext(d.DialContext)(ctx, "tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("DialTLSContext accepted a certificate that does not name 127.0.0.1")
+	}
+	// With server_name set to a name the certificate carries, it is served.
+	named, err := tlsfiles.NewClient(ctx, tlsfiles.Client{CAFile: other.CA, ServerName: "elsewhere.example"}, tlsfiles.Options{Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := named.DialTLSContext(d.DialContext)(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
+// A rotated CA bundle reaches the next connection dialled through
+// DialTLSContext, without a new ClientConfig.
+func TestClientCARotation(t *testing.T) {
+	dir := t.TempDir()
+	oldCA, newCA := testpki.NewCA(t, "old"), testpki.NewCA(t, "new")
+	srv := testpki.Write(t, dir, "srv", oldCA.Issue(t, testpki.LeafOptions{}), oldCA)
+	ctx := context.Background()
+	sc, err := tlsfiles.NewServer(ctx, tlsfiles.Server{CertFile: srv.Cert, KeyFile: srv.Key}, tlsfiles.Options{Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := echoServer(t, sc.Config())
+	caFile := filepath.Join(dir, "trust.crt")
+	testpki.WriteFile(t, caFile, oldCA.CertPEM)
+	cc, err := tlsfiles.NewClient(ctx, tlsfiles.Client{CAFile: caFile}, tlsfiles.Options{Interval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d net.Dialer
+	dial := cc.DialTLSContext(d.DialContext)
+	c, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	// The server moves to the new CA; the client trusts only the old one.
+	next := newCA.Issue(t, testpki.LeafOptions{})
+	testpki.WriteFile(t, srv.Cert, next.CertPEM)
+	testpki.WriteFile(t, srv.Key, next.KeyPEM)
+	sc.Reload()
+	if c, err := dial(ctx, "tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("served by a CA the client does not trust yet")
+	}
+	testpki.WriteFile(t, caFile, append(append([]byte{}, oldCA.CertPEM...), newCA.CertPEM...))
+	cc.Reload()
+	c, err = dial(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("after the bundle rotated: %v", err)
+	}
+	c.Close()
 }
