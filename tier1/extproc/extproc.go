@@ -13,6 +13,7 @@ package extproc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -73,6 +75,11 @@ type Options struct {
 	// ORIGINAL_DST cluster reading the header needs a single ip:port, so
 	// the fallbacks go under KeyFallback in the metadata instead.
 	EndpointList bool
+	// TLS, when set, serves gRPC over TLS with this configuration (Tier
+	// 1's ext_proc_tls; its ClientCAs ask Envoy for a client
+	// certificate). nil: plaintext, for a data plane on loopback or in
+	// the pod.
+	TLS *tls.Config
 }
 
 // Server is the ext_proc server. Create it with New.
@@ -113,14 +120,18 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		limit = math.MaxInt32
 	}
 	t := s.gw.Timeouts()
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(limit)),
 		// The listener's timeouts, as the HTTP listener's: a connection
-		// must finish its HTTP/2 handshake within read_header, and one
-		// without streams is closed after client_idle.
+		// must finish its TLS and HTTP/2 handshakes within read_header,
+		// and one without streams is closed after client_idle.
 		grpc.ConnectionTimeout(t.ReadHeader),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: t.ClientIdle}),
 	}
+	if s.opts.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
+	}
+	return opts
 }
 
 // Serve serves ext_proc on ln until ctx is done, then stops gracefully,

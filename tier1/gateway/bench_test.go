@@ -37,7 +37,7 @@ func BenchmarkProxy(b *testing.B) {
 			FlushInterval: -1,
 			ErrorLog:      nil,
 		}
-		rp.Transport = newTransport(2 * time.Second)
+		rp.Transport = newTransport(2*time.Second, nil)
 		runProxyBench(b, rp, body)
 	})
 	b.Run("infergate", func(b *testing.B) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/scrape"
@@ -26,6 +27,15 @@ type Config struct {
 	MetricsListen string `yaml:"metrics_listen"`
 	Cluster       string `yaml:"cluster"` // reported to Tier 2; default "local"
 	Region        string `yaml:"region"`  // reported to Tier 2; default "local"
+
+	// TLS serves the OpenAI API (listen) over TLS; client_ca_file turns
+	// on mutual TLS (Tier 2 presenting a client certificate). MetricsTLS
+	// and ExtProcTLS do the same for the metrics and ext_proc listeners.
+	// Off while cert_file and key_file are empty. Which files is read at
+	// start; their content is reloaded when it changes (docs/security.md).
+	TLS        tlsfiles.Server `yaml:"tls"`
+	MetricsTLS tlsfiles.Server `yaml:"metrics_tls"`
+	ExtProcTLS tlsfiles.Server `yaml:"ext_proc_tls"`
 
 	Auth     AuthConfig     `yaml:"auth"`
 	Upstream UpstreamConfig `yaml:"upstream"`
@@ -118,11 +128,20 @@ type AuthConfig struct {
 	TrustPriorityHeader bool `yaml:"trust_priority_header"`
 }
 
-// UpstreamConfig is how the router authenticates to model servers (vLLM
-// --api-key). The client's own Authorization header is never forwarded.
+// UpstreamConfig is how the router reaches and authenticates to model
+// servers (vLLM --api-key). The client's own Authorization header is never
+// forwarded.
 type UpstreamConfig struct {
 	TokenEnv  string `yaml:"token_env"`
 	TokenFile string `yaml:"token_file"`
+	// Scheme is "http" (default) or "https" (pods started with vLLM's or
+	// SGLang's --ssl-* flags), for proxying and scraping alike, static
+	// and discovered pods alike. Read at start.
+	Scheme string `yaml:"scheme"`
+	// TLS is the https client's configuration: the CA bundle pods'
+	// certificates are verified against (default the system roots) and
+	// an optional client certificate. Only with scheme https.
+	TLS tlsfiles.Client `yaml:"tls"`
 }
 
 // TimeoutConfig bounds each stage of a proxied request.
@@ -231,6 +250,9 @@ func (c *Config) SetDefaults() {
 	if c.PodHeader == "" {
 		c.PodHeader = DefaultPodHeader
 	}
+	if c.Upstream.Scheme == "" {
+		c.Upstream.Scheme = "http"
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -309,6 +331,7 @@ func (c *Config) Validate() error {
 	if c.Consul.ServicePort < 0 || c.Consul.ServicePort > 65535 {
 		add("consul.service_port %d out of range", c.Consul.ServicePort)
 	}
+	errs = append(errs, c.validateTLS()...)
 	if c.Retry.MaxAttempts < 1 {
 		add("retry.max_attempts %d must be at least 1", c.Retry.MaxAttempts)
 	}
@@ -420,6 +443,40 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateTLS checks the TLS blocks and the schemes that must agree with
+// them.
+func (c *Config) validateTLS() []error {
+	var errs []error
+	for _, b := range []struct {
+		path string
+		s    tlsfiles.Server
+	}{{"tls", c.TLS}, {"metrics_tls", c.MetricsTLS}, {"ext_proc_tls", c.ExtProcTLS}} {
+		if err := b.s.Validate(b.path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.Upstream.TLS.Validate("upstream.tls"); err != nil {
+		errs = append(errs, err)
+	}
+	switch c.Upstream.Scheme {
+	case "http":
+		if c.Upstream.TLS.Enabled() {
+			errs = append(errs, errors.New("upstream.tls is set but upstream.scheme is http; set upstream.scheme: https"))
+		}
+	case "https":
+	default:
+		errs = append(errs, fmt.Errorf("upstream.scheme %q: want http or https", c.Upstream.Scheme))
+	}
+	switch s := c.Consul.Scheme; {
+	case s != "" && s != "http" && s != "https":
+		errs = append(errs, fmt.Errorf("consul.scheme %q: want http or https", s))
+	case s == "http" && c.TLS.Enabled():
+		// Tier 2 would dial plain HTTP into a TLS listener.
+		errs = append(errs, errors.New("consul.scheme is http but tls serves the API over https; remove consul.scheme (https is registered automatically)"))
+	}
+	return errs
+}
+
 func (c *Config) isPoolModel(name string) bool {
 	for _, p := range c.Pools {
 		if p.Model == name {
@@ -522,7 +579,7 @@ type ConsulConfig struct {
 	// listen address.
 	ServiceAddress string        `yaml:"service_address"`
 	ServicePort    int           `yaml:"service_port"`
-	Scheme         string        `yaml:"scheme"`    // http (default) or https
+	Scheme         string        `yaml:"scheme"`    // http, or https (the default when tls is set)
 	Cost           float64       `yaml:"cost"`      // in CostUnit
 	CostUnit       string        `yaml:"cost_unit"` // gpu-hour (default) or mtok
 	Pricing        string        `yaml:"pricing"`   // spot or on-demand, informational

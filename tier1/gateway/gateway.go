@@ -36,6 +36,7 @@ import (
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/scrape"
@@ -51,8 +52,12 @@ type Options struct {
 	// Config.ReloadInterval and applied without restart.
 	ConfigPath string
 	// Transport carries requests to pods; default one built from
-	// Config.Timeouts.Connect.
+	// Config.Timeouts.Connect (and upstream.tls with upstream.scheme
+	// https).
 	Transport http.RoundTripper
+	// TLSReloadInterval is how often the upstream.tls files are re-read;
+	// default tlsfiles' (10s). Tests shorten it.
+	TLSReloadInterval time.Duration
 	// Rand seeds the scheduler's tie-breaks; nil is random.
 	Rand *rand.Rand
 	// TracerProvider records the request path's spans
@@ -72,6 +77,11 @@ type Gateway struct {
 	mux       *http.ServeMux
 	opts      Options
 	tracer    tracing.Tracer
+
+	// upstreamScheme is upstream.scheme as read at start: the transport
+	// and the scraper were built for it.
+	upstreamScheme string
+	tlsMetrics     *tlsfiles.Metrics
 
 	state atomic.Pointer[state]
 
@@ -168,9 +178,29 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	g.sched = sched
+	if g.tlsMetrics, err = tlsfiles.NewMetrics(g.reg); err != nil {
+		return nil, fmt.Errorf("tls metrics: %w", err)
+	}
+	// Pods over https: the proxy and the scraper share the TLS
+	// configuration (one reload) but not connections. Both dial through
+	// it, so each new connection takes the files current then (a rotated
+	// CA bundle included).
+	var upstreamTLS *tlsfiles.ClientConfig
+	var scrapeClient *http.Client
+	g.upstreamScheme = cfg.Upstream.Scheme
+	if g.upstreamScheme == "https" {
+		if upstreamTLS, err = tlsfiles.NewClient(ctx, cfg.Upstream.TLS, tlsfiles.Options{Name: "tier1-upstream", Logger: g.log,
+			Metrics: g.tlsMetrics, Interval: opts.TLSReloadInterval}); err != nil {
+			return nil, fmt.Errorf("upstream.tls: %w", err)
+		}
+		tr := scrape.NewTransport()
+		// The scrape's own timeout bounds the connection and handshake.
+		tr.DialTLSContext = upstreamTLS.DialTLSContext(tr.DialContext)
+		scrapeClient = &http.Client{Transport: tr}
+	}
 	g.transport = opts.Transport
 	if g.transport == nil {
-		g.transport = newTransport(cfg.Timeouts.Connect)
+		g.transport = newTransport(cfg.Timeouts.Connect, upstreamTLS)
 	}
 	// The upstream token also guards pods' /v1/models (vLLM --api-key).
 	modelsToken, err := cfg.Upstream.ResolveToken()
@@ -178,6 +208,8 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.scraper = scrape.New(ctx, scrape.Options{
+		Scheme:         g.upstreamScheme,
+		Client:         scrapeClient, // nil: plain HTTP, the scraper's own lean client
 		ModelsToken:    modelsToken,
 		Interval:       cfg.Scrape.Interval,
 		Timeout:        cfg.Scrape.Timeout,
@@ -198,16 +230,32 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-func newTransport(connect time.Duration) *http.Transport {
-	return &http.Transport{
+// newTransport is the proxy's transport to pods; upstreamTLS is nil for
+// plain HTTP.
+func newTransport(connect time.Duration, upstreamTLS *tlsfiles.ClientConfig) *http.Transport {
+	dial := (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
+	tr := &http.Transport{
 		Proxy:                 nil, // pods are cluster-local; never via HTTP_PROXY
-		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dial,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true, // relay bytes as the pod sent them
 		ExpectContinueTimeout: 0,
 	}
+	if upstreamTLS != nil {
+		dialTLS := upstreamTLS.DialTLSContext(dial)
+		// The handshake is part of reaching the pod: a pod that does not
+		// finish it within the connect timeout is passed over like one
+		// that does not accept the connection. HTTP/1.1 as in plain HTTP
+		// (the connection offers no ALPN): model servers speak it.
+		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, connect)
+			defer cancel()
+			return dialTLS(ctx, network, addr)
+		}
+	}
+	return tr
 }
 
 // Registry returns the registry holding the gateway's metrics.
@@ -218,7 +266,9 @@ func (g *Gateway) Close() { g.scraper.Close() }
 
 // Apply switches to cfg (defaulted and validated): pods, pools, models,
 // tokens and the scheduling profile change at once for new requests.
-// Listen address, scrape intervals and the connect timeout need a restart.
+// Listen address, scrape intervals, the connect timeout, the TLS blocks
+// and upstream.scheme need a restart (the TLS files' content reloads by
+// itself).
 // On error the previous configuration stays in force.
 func (g *Gateway) Apply(cfg *Config) error {
 	g.applyMu.Lock()

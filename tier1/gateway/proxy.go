@@ -324,7 +324,7 @@ func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, ca
 	u.watchdog = time.AfterFunc(cfg.Timeouts.FirstByte, func() { u.timedOut.Store(true); cancel() })
 	defer u.watchdog.Stop()
 
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+pod.Address+c.r.URL.RequestURI(), bytes.NewReader(c.data))
+	out, err := http.NewRequestWithContext(actx, http.MethodPost, g.upstreamScheme+"://"+pod.Address+c.r.URL.RequestURI(), bytes.NewReader(c.data))
 	if err != nil {
 		return &attemptError{"connect", err}
 	}

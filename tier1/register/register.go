@@ -1,7 +1,8 @@
 // Package register announces a Tier 1 router to Consul so that Tier 2 can
 // find it: one instance of the service infergate-tier1 per Tier 1 replica,
 // with what Tier 2 routes on (region, cluster, models, cost, capacity) in
-// its metadata (keys in shared/cluster) and an HTTP health check.
+// its metadata (keys in shared/cluster) and a health check (HTTP, or TCP
+// where the router requires client certificates).
 package register
 
 import (
@@ -47,6 +48,14 @@ type Registration struct {
 	Tags     []string
 
 	CheckHTTP string // health-check URL, e.g. http://10.0.0.5:8080/ready
+	// CheckTLSSkipVerify makes an https CheckHTTP skip verifying the
+	// router's certificate (as a Kubernetes HTTPS probe does): the agent
+	// may not trust the CA that issued it, and the check sends no secret.
+	CheckTLSSkipVerify bool
+	// CheckTCP, instead of CheckHTTP, is a host:port the agent connects
+	// to: for a listener that requires client certificates, which the
+	// agent's HTTP check cannot present.
+	CheckTCP string
 	// InitialStatus is the check's status until it first runs: "critical"
 	// (default: Tier 2 sends nothing until the check passes, up to one
 	// interval after registering) or "passing" (register only once ready).
@@ -123,8 +132,8 @@ func (r *Registration) validate() error {
 	if r.InitialStatus != api.HealthCritical && r.InitialStatus != api.HealthPassing && r.InitialStatus != api.HealthWarning {
 		errs = append(errs, fmt.Errorf("initial status %q: want critical, warning or passing", r.InitialStatus))
 	}
-	if r.CheckHTTP == "" {
-		errs = append(errs, errors.New("check URL is required"))
+	if (r.CheckHTTP == "") == (r.CheckTCP == "") {
+		errs = append(errs, errors.New("exactly one of the check URL and the TCP check address is required"))
 	}
 	return errors.Join(errs...)
 }
@@ -165,6 +174,8 @@ func Register(ctx context.Context, client *api.Client, reg Registration) (deregi
 		Check: &api.AgentServiceCheck{
 			Name:                           "infergate tier1 ready",
 			HTTP:                           reg.CheckHTTP,
+			TLSSkipVerify:                  reg.CheckTLSSkipVerify,
+			TCP:                            reg.CheckTCP,
 			Interval:                       reg.CheckInterval.String(),
 			Timeout:                        reg.CheckTimeout.String(),
 			Status:                         reg.InitialStatus,

@@ -72,6 +72,10 @@ type Options struct {
 	// scraper's own lean HTTP/1.1 client (one persistent connection per
 	// pod) and /v1/models through a dedicated keep-alive net/http client.
 	Client *http.Client
+	// Scheme is how pods are reached: "http" (default) or "https". The
+	// lean client speaks plain HTTP only, so with https every request
+	// goes through Client (give it the pods' TLS configuration).
+	Scheme string
 	Logger *slog.Logger // default: slog.Default()
 	// Registerer receives the scrape metrics; nil registers nothing.
 	Registerer prometheus.Registerer
@@ -83,7 +87,7 @@ type Options struct {
 	OnUpdate func(pod string)
 }
 
-func (o *Options) setDefaults() (ownClient bool) {
+func (o *Options) setDefaults() (lean bool) {
 	if o.Interval <= 0 {
 		o.Interval = 50 * time.Millisecond
 	}
@@ -93,26 +97,35 @@ func (o *Options) setDefaults() (ownClient bool) {
 	if o.ModelsInterval <= 0 {
 		o.ModelsInterval = 5 * time.Second
 	}
+	if o.Scheme == "" {
+		o.Scheme = "http"
+	}
 	if o.Client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		// Keep one connection per pod for /metrics and one for
-		// /v1/models alive: the default total of 100 idle connections
-		// would make a 100-pod pool redial on most scrapes.
-		tr.MaxIdleConns = 0 // no total limit
-		tr.MaxIdleConnsPerHost = 4
-		// Pods sit on the cluster network; inflating a gzipped page costs
-		// the router more CPU than the bytes it saves (prometheus_client
-		// compresses when asked).
-		tr.DisableCompression = true
-		// Read a whole page in a few syscalls rather than 4 KB ones.
-		tr.ReadBufferSize = 64 << 10
-		o.Client = &http.Client{Transport: tr}
-		ownClient = true
+		o.Client = &http.Client{Transport: NewTransport()}
+		lean = o.Scheme == "http"
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return ownClient
+	return lean
+}
+
+// NewTransport is the transport of the scraper's net/http client; a caller
+// scraping pods over https sets its TLS (DialTLSContext, TLSClientConfig).
+func NewTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep one connection per pod for /metrics and one for
+	// /v1/models alive: the default total of 100 idle connections
+	// would make a 100-pod pool redial on most scrapes.
+	tr.MaxIdleConns = 0 // no total limit
+	tr.MaxIdleConnsPerHost = 4
+	// Pods sit on the cluster network; inflating a gzipped page costs
+	// the router more CPU than the bytes it saves (prometheus_client
+	// compresses when asked).
+	tr.DisableCompression = true
+	// Read a whole page in a few syscalls rather than 4 KB ones.
+	tr.ReadBufferSize = 64 << 10
+	return tr
 }
 
 // Scraper polls a set of targets, one goroutine per target.
@@ -189,7 +202,7 @@ func (s *Scraper) SetTargets(ts []Target) {
 		}
 		ctx, cancel := context.WithCancel(s.ctx)
 		tg := &target{t: t, ctx: ctx, cancel: cancel, done: make(chan struct{}), reported: map[string]bool{},
-			metricsURL: "http://" + t.Address + "/metrics"}
+			metricsURL: s.opts.Scheme + "://" + t.Address + "/metrics"}
 		tg.state.Store(&PodState{Target: t, Engine: t.Engine})
 		s.targets[t.Name] = tg
 		if exists {
@@ -431,7 +444,7 @@ func (s *Scraper) scrapeModels(ctx context.Context, tg *target) {
 func (s *Scraper) fetchModels(ctx context.Context, t Target) ([]Model, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.Address+"/v1/models", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.opts.Scheme+"://"+t.Address+"/v1/models", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,10 @@ type Options struct {
 	// built from the config's tracing block (the caller then owns its
 	// shutdown).
 	TracerProvider trace.TracerProvider
+	// TLSReloadInterval is how often the TLS files (tls, metrics_tls,
+	// ext_proc_tls, upstream.tls) are re-read; default 10s. Tests
+	// shorten it.
+	TLSReloadInterval time.Duration
 }
 
 // Server is a configured Tier 1, ready to Serve. Close releases it.
@@ -68,6 +72,7 @@ type Server struct {
 	node *peers.Node // nil unless peers.listen is set
 	// traces is the provider built from cfg.Tracing; nil when given.
 	traces *tracing.Provider
+	tls    listenerTLS
 }
 
 // New builds Tier 1 from cfg (defaults applied, validated). Scraping starts
@@ -94,12 +99,19 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 			opts.Logger.Info("tracing on", "exporter", cfg.Tracing.Exporter)
 		}
 	}
-	gw, err := gateway.New(ctx, cfg, gateway.Options{Logger: opts.Logger, ConfigPath: opts.ConfigPath, TracerProvider: tp})
+	gw, err := gateway.New(ctx, cfg, gateway.Options{Logger: opts.Logger, ConfigPath: opts.ConfigPath, TracerProvider: tp,
+		TLSReloadInterval: opts.TLSReloadInterval})
 	if err != nil {
 		_ = traces.Shutdown(ctx)
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw, traces: traces}
+	lt, err := loadListenerTLS(ctx, cfg, gw.Registry(), opts.Logger, opts.TLSReloadInterval)
+	if err != nil {
+		gw.Close()
+		_ = traces.Shutdown(ctx)
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: opts.Logger, opts: opts, gw: gw, traces: traces, tls: lt}
 	if cfg.Peers.Enabled() {
 		if s.node, err = newPeers(ctx, cfg, gw, opts.Logger); err != nil {
 			gw.Close()
@@ -213,10 +225,12 @@ func (s *Server) Close() {
 
 // Serve serves the OpenAI-compatible proxy on ln and, when extProcLn is not
 // nil, the ext_proc endpoint picker on it, until ctx ends; then both drain
-// for the shutdown timeout. When the config names a Consul agent, the
-// router registers itself for as long as it serves and deregisters before
-// draining, so Tier 2 stops sending first. One listener failing stops the
-// other: the process goes down whole, not half of it.
+// for the shutdown timeout. Listeners are plain TCP: Serve adds TLS where
+// the config turns it on (tls, metrics_tls, ext_proc_tls). When the config
+// names a Consul agent, the router registers itself for as long as it
+// serves and deregisters before draining, so Tier 2 stops sending first.
+// One listener failing stops the other: the process goes down whole, not
+// half of it.
 func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -264,6 +278,7 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 	if err != nil {
 		return err
 	}
+	mln = wrap(mln, s.tls.metrics)
 	metricsDone := make(chan error, 1)
 	if mln != nil {
 		go func() {
@@ -280,7 +295,9 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 
 	extProcDone := make(chan error, 1)
 	if extProcLn != nil {
-		srv := extproc.New(s.gw, s.opts.ExtProc)
+		eopts := s.opts.ExtProc
+		eopts.TLS = configOf(s.tls.extProc)
+		srv := extproc.New(s.gw, eopts)
 		go func() {
 			err := srv.Serve(ctx, extProcLn, s.opts.ShutdownTimeout)
 			if err != nil {
@@ -292,7 +309,7 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 	} else {
 		extProcDone <- nil
 	}
-	err = s.gw.Serve(ctx, ln, s.opts.ShutdownTimeout)
+	err = s.gw.Serve(ctx, wrap(ln, s.tls.api), s.opts.ShutdownTimeout)
 	cancel() // the HTTP listener ended: stop the other listeners too
 	if eerr := <-extProcDone; err == nil && eerr != nil {
 		err = fmt.Errorf("ext_proc: %w", eerr)
@@ -352,9 +369,12 @@ func Registration(cfg *Config, addr *net.TCPAddr) (register.Registration, *api.C
 	if port == 0 {
 		port = addr.Port
 	}
-	scheme := c.Scheme
+	scheme := c.Scheme // Validate refused http with tls on
 	if scheme == "" {
 		scheme = "http"
+		if cfg.TLS.Enabled() {
+			scheme = "https"
+		}
 	}
 	// One instance per router replica: several replicas of one cluster's
 	// Tier 1 must not overwrite each other's registration, also when they
@@ -364,6 +384,19 @@ func Registration(cfg *Config, addr *net.TCPAddr) (register.Registration, *api.C
 		id += "-" + hn
 	}
 	id += "-" + strconv.Itoa(port)
+	hostPort := net.JoinHostPort(host, strconv.Itoa(port))
+	check := fmt.Sprintf("%s://%s/ready", scheme, hostPort)
+	var checkTCP string
+	if cfg.TLS.RequiresClientCert() {
+		// Consul's HTTP check cannot present a client certificate, so
+		// against this listener it would always fail. A TCP check still
+		// takes a dead process out of Tier 2's list; readiness (ready
+		// pods) reaches Tier 2 through the load summaries it polls with
+		// its client certificate. Preferred over checking another
+		// listener: metrics_listen is loopback by default and would not
+		// prove the API port is up.
+		check, checkTCP = "", hostPort
+	}
 	return register.Registration{
 		ID:            id,
 		Address:       host,
@@ -377,9 +410,15 @@ func Registration(cfg *Config, addr *net.TCPAddr) (register.Registration, *api.C
 		Pricing:       c.Pricing,
 		Capacity:      c.Capacity,
 		Tags:          c.Tags,
-		CheckHTTP:     fmt.Sprintf("%s://%s/ready", scheme, net.JoinHostPort(host, strconv.Itoa(port))),
+		CheckHTTP:     check,
+		CheckTCP:      checkTCP,
 		CheckInterval: c.CheckInterval,
 		InitialStatus: "passing",
+
+		// Our own certificate is often from a private CA the agent does
+		// not trust; the check sends no secret (as a Kubernetes HTTPS
+		// probe, it does not verify).
+		CheckTLSSkipVerify: check != "" && scheme == "https" && cfg.TLS.Enabled(),
 	}, client, nil
 }
 
