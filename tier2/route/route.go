@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -142,6 +143,10 @@ type Options struct {
 	PollInterval time.Duration
 	PollTimeout  time.Duration // default: PollInterval, at most 2s
 	StaleAfter   time.Duration // load older than this is stale; default 3 × PollInterval
+	// DialTLSContext, when set, makes the default HTTPClient's
+	// connections to https clusters (Tier 2's tier1.tls: CA bundle,
+	// client certificate); nil: the system roots, no client certificate.
+	DialTLSContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	DefaultPolicy      Policy        // default cost-first
 	SpillThreshold     float64       // utilisation where a cluster stops counting as having headroom; default 0.8
@@ -175,6 +180,11 @@ func (o *Options) setDefaults() {
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: o.PollTimeout}
+		if o.DialTLSContext != nil {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.DialTLSContext = o.DialTLSContext
+			o.HTTPClient.Transport = tr
+		}
 	}
 	if o.DefaultPolicy == "" {
 		o.DefaultPolicy = CostFirst

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/route"
@@ -19,6 +20,10 @@ type Config struct {
 	Listen      string   `yaml:"listen"`       // default 127.0.0.1:8080; used by the caller that opens the listener
 	Region      string   `yaml:"region"`       // this replica's region (required)
 	RegionOrder []string `yaml:"region_order"` // failover preference after the own region
+
+	// TLS serves the API (listen) over TLS; off while cert_file and
+	// key_file are empty (docs/security.md).
+	TLS tlsfiles.Server `yaml:"tls"`
 
 	Consul   *ConsulConfig       `yaml:"consul"`   // absent: the static clusters are the whole list
 	Clusters []discovery.Cluster `yaml:"clusters"` // static list, or seeds until Consul first answers
@@ -57,7 +62,8 @@ type ServerConfig struct {
 // clusters and token counts, so it is not on the API port; it defaults to
 // loopback, and a deployment exposes it only to its scraper.
 type MetricsConfig struct {
-	Listen string `yaml:"listen"` // default 127.0.0.1:9464; used by the caller that opens the listener
+	Listen string          `yaml:"listen"` // default 127.0.0.1:9464; used by the caller that opens the listener
+	TLS    tlsfiles.Server `yaml:"tls"`    // serve /metrics over TLS
 }
 
 // ConsulConfig says where to discover Tier 1 clusters.
@@ -89,6 +95,10 @@ type Tier1Config struct {
 	TokenEnv     string        `yaml:"token_env"`
 	PollInterval time.Duration `yaml:"poll_interval"` // load summaries; default 1s
 	PollTimeout  time.Duration `yaml:"poll_timeout"`
+	// TLS is how https clusters are dialled, for requests and load polls:
+	// the CA bundle their certificates are verified against (default the
+	// system roots) and the client certificate Tier 1 may require.
+	TLS tlsfiles.Client `yaml:"tls"`
 }
 
 // RoutingConfig tunes cluster choice, failover and timeouts.
@@ -145,6 +155,8 @@ type AdminConfig struct {
 	Listen   string `yaml:"listen"` // empty: no admin API
 	Token    string `yaml:"token"`
 	TokenEnv string `yaml:"token_env"`
+	// TLS serves the admin API over TLS.
+	TLS tlsfiles.Server `yaml:"tls"`
 }
 
 // DefaultMetricsListen is where /metrics is served unless configured.
@@ -221,5 +233,26 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
+}
+
+// validateTLS checks the TLS blocks; errors name their keys.
+func (c *Config) validateTLS() []error {
+	var errs []error
+	for _, b := range []struct {
+		path string
+		s    tlsfiles.Server
+	}{{"tls", c.TLS}, {"admin.tls", c.Admin.TLS}, {"metrics.tls", c.Metrics.TLS}} {
+		if err := b.s.Validate(b.path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Admin.TLS.Enabled() && c.Admin.Listen == "" {
+		errs = append(errs, errors.New("admin.tls is set but admin.listen is empty"))
+	}
+	if err := c.Tier1.TLS.Validate("tier1.tls"); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
 }

@@ -51,6 +51,9 @@ type Options struct {
 	// TracerProvider, when set, records Tier 2's spans instead of one
 	// built from Config.Tracing (the caller then owns its shutdown).
 	TracerProvider trace.TracerProvider
+	// TLSReloadInterval is how often the TLS files (tls, admin.tls,
+	// metrics.tls, tier1.tls) are re-read; default 10s. Tests shorten it.
+	TLSReloadInterval time.Duration
 }
 
 // Server is a configured Tier 2, ready to Serve. Close releases it.
@@ -69,6 +72,7 @@ type Server struct {
 	admin   *admin.Server // nil without an admin token
 	reg     *prometheus.Registry
 	traces  *tracing.Provider // built from Config.Tracing; nil when given in Options
+	tls     tlsState
 
 	served    atomic.Bool
 	closeOnce sync.Once
@@ -101,6 +105,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 			_ = s.Close()
 		}
 	}()
+	// TLS first: a bad certificate file is the cheapest mistake to report.
+	if s.tls, err = loadTLS(ctx, cfg, reg, log, opts.TLSReloadInterval); err != nil {
+		return nil, err
+	}
 
 	// Shared state: Redis, or in memory for a single replica.
 	if r := cfg.Redis; r != nil {
@@ -179,7 +187,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 			Interval: rc.Breaker.Interval, OpenTimeout: rc.Breaker.OpenTimeout, HalfOpenRequests: rc.Breaker.HalfOpenRequests,
 		},
 		Overrides: overridesFrom(s.store), Adapters: rc.Adapters,
-		Registry: reg, Logger: log,
+		Registry: reg, Logger: log, DialTLSContext: s.tls.tier1Dialer((&net.Dialer{}).DialContext, tier1HandshakeTimeout),
 	})
 	if err != nil {
 		return nil, err
@@ -194,8 +202,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 			log.Info("tracing on", "exporter", cfg.Tracing.Exporter)
 		}
 	}
+	tier1Transport := gateway.NewTransport()
+	// nil without tier1.tls: the transport's own TLS, system roots.
+	tier1Transport.DialTLSContext = s.tls.tier1Dialer(tier1Transport.DialContext, tier1HandshakeTimeout)
 	s.gw, err = gateway.New(gateway.Options{
-		Router: s.router, Auth: auth, Limiter: gateway.RateLimiter(s.limiter), Tier1Token: tier1Token,
+		Router: s.router, Auth: auth, Limiter: gateway.RateLimiter(s.limiter), Tier1Token: tier1Token, Transport: tier1Transport,
 		MaxAttempts: rc.MaxAttempts, FailoverBudget: rc.FailoverBudget, FirstByteTimeout: rc.FirstByteTimeout,
 		ResponseTimeout: rc.ResponseTimeout, MaxBodyBytes: rc.MaxBodyBytes,
 		BodyReadTimeout: cfg.Server.BodyReadTimeout, StreamWriteTimeout: cfg.Server.StreamWriteTimeout,
@@ -278,6 +289,9 @@ func (s *Server) ServeListeners(ctx context.Context, ls Listeners) error {
 	goRun("route", func() error { return s.router.Run(ctx) })
 	var servers []*http.Server
 	serveHTTP := func(name string, srv *http.Server, ln net.Listener) {
+		// Refused TLS handshakes and the like, in the process's log
+		// rather than on bare stderr.
+		srv.ErrorLog = slog.NewLogLogger(s.log.With("listener", name).Handler(), slog.LevelWarn)
 		servers = append(servers, srv)
 		goRun(name, func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -291,15 +305,16 @@ func (s *Server) ServeListeners(ctx context.Context, ls Listeners) error {
 	// No write timeout on the API: streams last as long as generation
 	// does; the gateway bounds each write and each stream instead, and
 	// each request body (BodyReadTimeout).
+	// Listeners are plain TCP; TLS is added where the config turns it on.
 	serveHTTP("api", &http.Server{Handler: s.gw, ReadHeaderTimeout: sc.ReadHeaderTimeout, IdleTimeout: sc.IdleTimeout,
-		MaxHeaderBytes: 64 << 10}, ls.API)
+		MaxHeaderBytes: 64 << 10}, wrap(ls.API, s.tls.api))
 	if ls.Admin != nil {
-		serveHTTP("admin", s.plainServer(s.admin.Handler()), ls.Admin)
+		serveHTTP("admin", s.plainServer(s.admin.Handler()), wrap(ls.Admin, s.tls.admin))
 	}
 	if ls.Metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-		serveHTTP("metrics", s.plainServer(mux), ls.Metrics)
+		serveHTTP("metrics", s.plainServer(mux), wrap(ls.Metrics, s.tls.metrics))
 	}
 	if s.cfg.Consul != nil {
 		s.log.Info("discovering tier1 clusters through consul", "address", s.cfg.Consul.Address, "service", s.cfg.Consul.Service, "seeds", len(s.cfg.Clusters))
