@@ -134,9 +134,9 @@ type AuthConfig struct {
 type UpstreamConfig struct {
 	TokenEnv  string `yaml:"token_env"`
 	TokenFile string `yaml:"token_file"`
-	// Scheme is "http" (default) or "https" (pods started with vLLM's or
-	// SGLang's --ssl-* flags), for proxying and scraping alike, static
-	// and discovered pods alike. Read at start.
+	// Scheme is "http" (default) or "https" (pods serving TLS, such as
+	// vLLM started with --ssl-certfile), for proxying and scraping alike,
+	// static and discovered pods alike. Read at start.
 	Scheme string `yaml:"scheme"`
 	// TLS is the https client's configuration: the CA bundle pods'
 	// certificates are verified against (default the system roots) and
