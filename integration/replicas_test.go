@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/devstack"
+	"github.com/infergate/infergate/internal/testpki"
 	"github.com/infergate/infergate/internal/testservice"
 	"github.com/infergate/infergate/sim/fleet"
 )
@@ -72,7 +73,11 @@ func startReplicaSet(t *testing.T, replicas, pods int, scale float64) *replicaSe
 		fmt.Fprintf(&podLines, "  - {name: %s, address: \"127.0.0.1:%d\", pool: llama, engine: vllm, gpu: h100}\n", p.Name, p.Port)
 	}
 
-	peerToken := write("peers-token", "it-replicas-peer-secret\n")
+	// The mesh is mutual TLS: one CA, one certificate per replica (real
+	// handshakes), and a prefix-hash key shared by the deployment.
+	meshCA := testpki.NewCA(t, "it-replicas-mesh")
+	meshCAFile := write("mesh-ca.crt", string(meshCA.CertPEM))
+	hashKey := write("peers-hash-key", "it-replicas-hash-key-0123456789\n")
 	peerAddrs := make([]string, replicas)
 	for i := range peerAddrs {
 		peerAddrs[i] = "127.0.0.1:" + strconv.Itoa(testservice.FreePort(t))
@@ -85,7 +90,10 @@ func startReplicaSet(t *testing.T, replicas, pods int, scale float64) *replicaSe
 		fmt.Fprintf(&b, "listen: %s\nmetrics_listen: %s\ncluster: %s\nregion: local\n", addr, metricsAddr, replicasCluster)
 		fmt.Fprintf(&b, "auth: {tokens: [%s]}\nscrape: {interval: 100ms}\n", s.token)
 		fmt.Fprintf(&b, "consul: {address: %q, cost: 1, pricing: on-demand, capacity: 64, check_interval: 1s}\n", s.consul.Addr())
-		fmt.Fprintf(&b, "peers: {listen: %q, static: [%s], token_file: %q}\n", peerAddrs[i], strings.Join(others, ", "), peerToken)
+		leaf := meshCA.Issue(t, testpki.LeafOptions{CommonName: fmt.Sprintf("tier1-%d", i)})
+		cert, key := write(fmt.Sprintf("mesh-%d.crt", i), string(leaf.CertPEM)), write(fmt.Sprintf("mesh-%d.key", i), string(leaf.KeyPEM))
+		fmt.Fprintf(&b, "peers: {listen: %q, static: [%s], hash_key_file: %q, tls: {cert_file: %q, key_file: %q, ca_file: %q}}\n",
+			peerAddrs[i], strings.Join(others, ", "), hashKey, cert, key, meshCAFile)
 		fmt.Fprintf(&b, "pools:\n  - {name: llama, model: %q}\npods:\n%s", devstack.LlamaModel, podLines.String())
 		name := fmt.Sprintf("tier1-%d", i)
 		p := startProc(t, name, "tier1", "--config", write(name+".yaml", b.String()), "--log-level", "warn")
