@@ -1,10 +1,10 @@
-package gateway
+package config
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/shared/config"
+	loader "github.com/infergate/infergate/shared/config"
 )
 
 // The TLS keys are checked without reading files; each error names its
@@ -38,7 +38,7 @@ func TestValidateTLS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var c Config
-			err := config.Decode("t.yaml", []byte(base+tt.yaml), &c)
+			err := loader.Decode("t.yaml", []byte(base+tt.yaml), &c)
 			if len(tt.want) == 0 {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -59,7 +59,7 @@ func TestValidateTLS(t *testing.T) {
 
 func TestUpstreamSchemeDefault(t *testing.T) {
 	var c Config
-	if err := config.Decode("t.yaml", []byte(base), &c); err != nil {
+	if err := loader.Decode("t.yaml", []byte(base), &c); err != nil {
 		t.Fatal(err)
 	}
 	if c.Upstream.Scheme != "http" {

@@ -1,4 +1,4 @@
-package gateway
+package config
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/shared/config"
+	loader "github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/picker"
 )
 
@@ -21,7 +21,7 @@ pods:
 
 func TestDefaults(t *testing.T) {
 	var c Config
-	if err := config.Decode("t.yaml", []byte(base), &c); err != nil {
+	if err := loader.Decode("t.yaml", []byte(base), &c); err != nil {
 		t.Fatal(err)
 	}
 	if c.Listen != DefaultListen || c.PodHeader != DefaultPodHeader || c.Scrape.Interval != 50*time.Millisecond ||
@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 func TestSchedulerOverride(t *testing.T) {
 	var c Config
 	data := base + "scheduler:\n  scorers:\n    - {name: queue, weight: 7}\n"
-	if err := config.Decode("t.yaml", []byte(data), &c); err != nil {
+	if err := loader.Decode("t.yaml", []byte(data), &c); err != nil {
 		t.Fatal(err)
 	}
 	if w := c.Scheduler.Weight(picker.ScorerQueue); w != 7 {
@@ -71,7 +71,7 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var c Config
-			err := config.Decode("t.yaml", []byte(tt.yaml), &c)
+			err := loader.Decode("t.yaml", []byte(tt.yaml), &c)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -112,7 +112,7 @@ func TestResolveTokens(t *testing.T) {
 func TestExampleConfig(t *testing.T) {
 	t.Setenv("INFERGATE_TIER1_TOKEN", "example")
 	var c Config
-	if err := config.Load("../../examples/tier1.yaml", &c); err != nil {
+	if err := loader.Load("../../examples/tier1.yaml", &c); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Pods) != 8 || len(c.Pools) != 2 || c.Listen != "127.0.0.1:9001" {

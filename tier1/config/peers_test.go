@@ -1,4 +1,4 @@
-package gateway
+package config
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infergate/infergate/shared/config"
+	loader "github.com/infergate/infergate/shared/config"
 )
 
 func TestPeersConfig(t *testing.T) {
@@ -41,7 +41,7 @@ func TestPeersConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var c Config
-			err := config.Decode("t.yaml", []byte(tt.yaml), &c)
+			err := loader.Decode("t.yaml", []byte(tt.yaml), &c)
 			if tt.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("error = %v, want it to contain %q", err, tt.want)

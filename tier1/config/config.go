@@ -1,0 +1,608 @@
+// Package config is the schema of Tier 1's configuration file: where the
+// router listens, who may call it, which pods serve which models, how it
+// scrapes, retries, queues and schedules, and how its replicas share state.
+// It is decoded with shared/config (strict YAML, then SetDefaults and
+// Validate). Applying it, including hot reload, is tier1/gateway's; pod
+// discovery (tier1/kube) and the peer mesh (tier1/peers) read it without
+// depending on the proxy.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/infergate/infergate/shared/tlsfiles"
+	"github.com/infergate/infergate/shared/tracing"
+	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/scrape"
+)
+
+// Config is the whole Tier 1 configuration file.
+type Config struct {
+	Listen string `yaml:"listen"` // default 127.0.0.1:8080
+	// MetricsListen is where /metrics is served, apart from the API
+	// listener; default 127.0.0.1:9090 (loopback), "-" turns it off.
+	MetricsListen string `yaml:"metrics_listen"`
+	Cluster       string `yaml:"cluster"` // reported to Tier 2; default "local"
+	Region        string `yaml:"region"`  // reported to Tier 2; default "local"
+
+	// TLS serves the OpenAI API (listen) over TLS; client_ca_file turns
+	// on mutual TLS (Tier 2 presenting a client certificate). MetricsTLS
+	// and ExtProcTLS do the same for the metrics and ext_proc listeners.
+	// Off while cert_file and key_file are empty. Which files is read at
+	// start; their content is reloaded when it changes (docs/security.md).
+	TLS        tlsfiles.Server `yaml:"tls"`
+	MetricsTLS tlsfiles.Server `yaml:"metrics_tls"`
+	ExtProcTLS tlsfiles.Server `yaml:"ext_proc_tls"`
+
+	Auth     AuthConfig     `yaml:"auth"`
+	Upstream UpstreamConfig `yaml:"upstream"`
+	// PodHeader names the response header carrying the pod that served
+	// the request; default x-infergate-pod. "-" disables it.
+	PodHeader    string        `yaml:"pod_header"`
+	MaxBodyBytes int64         `yaml:"max_body_bytes"` // default 16 MiB
+	Timeouts     TimeoutConfig `yaml:"timeouts"`
+	Retry        RetryConfig   `yaml:"retry"`
+	Queue        QueueConfig   `yaml:"queue"`
+	Scrape       ScrapeConfig  `yaml:"scrape"`
+	// ReloadInterval is how often the config file's mtime is polled for
+	// hot reload; default 1s, negative disables.
+	ReloadInterval time.Duration `yaml:"reload_interval"`
+
+	// Scheduler is the scheduling profile (see docs/tier1-scheduling.md);
+	// absent means picker.DefaultProfile().
+	Scheduler picker.ProfileConfig `yaml:"scheduler"`
+
+	// Consul, when its address is set, registers this Tier 1 so that Tier 2
+	// finds it (service infergate-tier1).
+	Consul ConsulConfig `yaml:"consul"`
+
+	// Peers shares routing state with the cluster's other Tier 1 replicas
+	// (docs/tier1-replicas.md); off while peers.listen is empty.
+	Peers PeersConfig `yaml:"peers"`
+
+	Pools  []PoolConfig  `yaml:"pools"`
+	Models []ModelConfig `yaml:"models"`
+	Pods   []PodConfig   `yaml:"pods"`
+
+	// Kubernetes discovers pods from the Kubernetes API beside the static
+	// Pods (tier1/kube, docs/deploy.md). Read at start; a change needs a
+	// restart.
+	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+
+	// Tracing exports OpenTelemetry spans (docs/tracing.md); off by
+	// default. Read at start; a change needs a restart.
+	Tracing tracing.Config `yaml:"tracing"`
+}
+
+// KubernetesConfig is Kubernetes pod discovery; it is on when Sources is
+// not empty.
+type KubernetesConfig struct {
+	// Namespace to watch; default the router's own (in a pod), else
+	// "default". Discovery never watches across namespaces.
+	Namespace string `yaml:"namespace"`
+	// Kubeconfig is a kubeconfig file; default the in-cluster service
+	// account.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// NodeGPU reads a pod's GPU from its node's nvidia.com/gpu.product
+	// label when the pod does not carry infergate.io/gpu. It needs `get
+	// nodes`, a cluster-scoped permission, so it is off by default.
+	NodeGPU bool              `yaml:"node_gpu"`
+	Sources []DiscoverySource `yaml:"sources"`
+}
+
+// DiscoverySource selects pods: through a Gateway API Inference Extension
+// InferencePool, or by label selector and port.
+type DiscoverySource struct {
+	// Pool is the infergate pool the pods join unless they carry the
+	// infergate.io/pool label; default the only configured pool.
+	Pool string `yaml:"pool"`
+	// InferencePool names an inference.networking.k8s.io/v1 InferencePool
+	// in Namespace; its selector and first target port are used.
+	InferencePool string `yaml:"inference_pool"`
+	// Selector is a label selector (app=vllm,tier in (a,b)) for clusters
+	// without the InferencePool CRD; Port is then required.
+	Selector string `yaml:"selector"`
+	// Port is the model server's port; with InferencePool it overrides
+	// the pool's targetPorts.
+	Port int `yaml:"port"`
+}
+
+// AuthConfig controls client authentication. Auth is on by default: with
+// no token source configured the file is rejected unless disabled: true.
+type AuthConfig struct {
+	Disabled bool `yaml:"disabled"`
+	// Tokens are accepted bearer tokens written inline (prefer TokenEnv or
+	// TokenFile so secrets stay out of config files).
+	Tokens []string `yaml:"tokens"`
+	// TokenEnv names an environment variable holding comma-separated
+	// tokens.
+	TokenEnv string `yaml:"token_env"`
+	// TokenFile is a file with one token per line (# comments allowed);
+	// re-read on every reload, so tokens rotate without restart.
+	TokenFile string `yaml:"token_file"`
+	// TrustPriorityHeader lets authenticated clients set
+	// x-infergate-priority. Never honoured when auth is disabled.
+	TrustPriorityHeader bool `yaml:"trust_priority_header"`
+}
+
+// UpstreamConfig is how the router reaches and authenticates to model
+// servers (vLLM --api-key). The client's own Authorization header is never
+// forwarded.
+type UpstreamConfig struct {
+	TokenEnv  string `yaml:"token_env"`
+	TokenFile string `yaml:"token_file"`
+	// Scheme is "http" (default) or "https" (pods serving TLS, such as
+	// vLLM started with --ssl-certfile), for proxying and scraping alike,
+	// static and discovered pods alike. Read at start.
+	Scheme string `yaml:"scheme"`
+	// TLS is the https client's configuration: the CA bundle pods'
+	// certificates are verified against (default the system roots) and
+	// an optional client certificate. Only with scheme https.
+	TLS tlsfiles.Client `yaml:"tls"`
+}
+
+// TimeoutConfig bounds each stage of a proxied request.
+type TimeoutConfig struct {
+	Connect   time.Duration `yaml:"connect"`    // dial a pod; default 2s
+	ReadBody  time.Duration `yaml:"read_body"`  // receiving the client's body; default 1m
+	FirstByte time.Duration `yaml:"first_byte"` // dispatch to first response byte; default 5m
+	Idle      time.Duration `yaml:"idle"`       // longest silence inside a response; default 2m
+	Request   time.Duration `yaml:"request"`    // whole request; default 30m
+	// Client side of every listener (see docs/tier1.md#timeouts).
+	ReadHeader time.Duration `yaml:"read_header"` // a request's headers; default 10s
+	ClientIdle time.Duration `yaml:"client_idle"` // keep-alive between requests; default 2m
+	Write      time.Duration `yaml:"write"`       // each write to the client; default 30s
+	MaxStream  time.Duration `yaml:"max_stream"`  // a relayed response in all; default 30m
+}
+
+// RetryConfig bounds retries on the next-best pod when a pod fails before
+// its first response byte (connect error, 5xx, 429).
+type RetryConfig struct {
+	MaxAttempts int           `yaml:"max_attempts"` // attempts in total; default 3, 1 disables retry
+	Budget      time.Duration `yaml:"budget"`       // no new attempt after this since the first; default 10s
+}
+
+// QueueConfig is the router's own queue, used when every candidate pod is
+// saturated. Sheddable requests are rejected with 429 instead of queued.
+type QueueConfig struct {
+	MaxLen int `yaml:"max_len"` // waiting requests per pool; default 1024
+	// MaxWait is the longest a standard (priority 0) request waits for a
+	// pod to leave saturation; then it is dispatched to the best pod
+	// anyway (the server queues it). Default 2s.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// CriticalMaxWait is MaxWait for priority > 0 requests, which also go
+	// ahead of standard ones in the queue. Default 10s.
+	CriticalMaxWait time.Duration `yaml:"critical_max_wait"`
+}
+
+// ScrapeConfig sets how pods are polled.
+type ScrapeConfig struct {
+	Interval       time.Duration `yaml:"interval"`        // /metrics; default 50ms
+	Timeout        time.Duration `yaml:"timeout"`         // per scrape; default 1s
+	ModelsInterval time.Duration `yaml:"models_interval"` // /v1/models; default 5s
+	// UnreadyAfter consecutive failed scrapes mark a pod not ready;
+	// default 2.
+	UnreadyAfter int `yaml:"unready_after"`
+}
+
+// PoolConfig is a named set of pods serving one base model.
+type PoolConfig struct {
+	Name  string `yaml:"name"`
+	Model string `yaml:"model"` // base model name clients use
+	// Adapters are LoRA adapters of Model served by the pool's pods, in
+	// addition to those the pods list in /v1/models.
+	Adapters []string `yaml:"adapters"`
+}
+
+// ModelConfig is per-model request policy; Name is a base model or an
+// adapter (which then needs Base unless a pool lists it).
+type ModelConfig struct {
+	Name      string        `yaml:"name"`
+	Base      string        `yaml:"base"`      // base model of an adapter
+	Priority  int           `yaml:"priority"`  // higher first; < 0 is sheddable
+	Sheddable bool          `yaml:"sheddable"` // rejected with 429 when saturated
+	TTFTSLO   time.Duration `yaml:"ttft_slo"`  // default TTFT objective, 0 = none
+}
+
+// PodConfig is one model-server pod (static discovery).
+type PodConfig struct {
+	Name    string `yaml:"name"`
+	Address string `yaml:"address"` // host:port
+	Pool    string `yaml:"pool"`
+	Engine  string `yaml:"engine"` // vllm, vllm-legacy, sglang, tgi; "" detects
+	GPU     string `yaml:"gpu"`
+	// GPUs is how many GPUs the pod's engine runs on (tensor × pipeline
+	// parallel); 0 = unknown. With GPU it names the pod's hardware class,
+	// whose pods share a pooled prefill-speed estimate (the scheduler
+	// profile's speed_pooling).
+	GPUs   int               `yaml:"gpus"`
+	Labels map[string]string `yaml:"labels"`
+}
+
+// Defaults.
+const (
+	DefaultListen         = "127.0.0.1:8080"
+	DefaultMetricsListen  = "127.0.0.1:9090"
+	DefaultPodHeader      = "x-infergate-pod"
+	DefaultMaxBodyBytes   = 16 << 20
+	DefaultReloadInterval = time.Second
+)
+
+// SetDefaults fills zero fields.
+func (c *Config) SetDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Cluster == "" {
+		c.Cluster = "local"
+	}
+	if c.Region == "" {
+		c.Region = "local"
+	}
+	if c.PodHeader == "" {
+		c.PodHeader = DefaultPodHeader
+	}
+	if c.Upstream.Scheme == "" {
+		c.Upstream.Scheme = "http"
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	def(&c.Timeouts.Connect, 2*time.Second)
+	def(&c.Timeouts.ReadBody, time.Minute)
+	def(&c.Timeouts.FirstByte, 5*time.Minute)
+	def(&c.Timeouts.Idle, 2*time.Minute)
+	def(&c.Timeouts.Request, 30*time.Minute)
+	def(&c.Timeouts.ReadHeader, 10*time.Second)
+	def(&c.Timeouts.ClientIdle, 2*time.Minute)
+	def(&c.Timeouts.Write, 30*time.Second)
+	def(&c.Timeouts.MaxStream, 30*time.Minute)
+	if c.MetricsListen == "" {
+		c.MetricsListen = DefaultMetricsListen
+	}
+	if c.Retry.MaxAttempts == 0 {
+		c.Retry.MaxAttempts = 3
+	}
+	def(&c.Retry.Budget, 10*time.Second)
+	if c.Queue.MaxLen == 0 {
+		c.Queue.MaxLen = 1024
+	}
+	def(&c.Queue.MaxWait, 2*time.Second)
+	def(&c.Queue.CriticalMaxWait, 10*time.Second)
+	def(&c.Scrape.Interval, 50*time.Millisecond)
+	def(&c.Scrape.Timeout, time.Second)
+	def(&c.Scrape.ModelsInterval, 5*time.Second)
+	if c.Scrape.UnreadyAfter == 0 {
+		c.Scrape.UnreadyAfter = 2
+	}
+	def(&c.ReloadInterval, DefaultReloadInterval)
+	if isZeroProfile(c.Scheduler) {
+		c.Scheduler = picker.DefaultProfile()
+	}
+	c.Scheduler.SetDefaults()
+}
+
+func isZeroProfile(p picker.ProfileConfig) bool {
+	return p.Base == "" && p.Filters == nil && p.Scorers == nil && p.Picker == ""
+}
+
+// Validate checks the configuration after defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen %q: %v", c.Listen, err)
+	}
+	if !c.Auth.Disabled && len(c.Auth.Tokens) == 0 && c.Auth.TokenEnv == "" && c.Auth.TokenFile == "" {
+		add("auth: no token source; set auth.tokens, auth.token_env or auth.token_file, or disable auth explicitly with auth: {disabled: true}")
+	}
+	if c.MaxBodyBytes < 0 {
+		add("max_body_bytes %d is negative", c.MaxBodyBytes)
+	}
+	for name, d := range map[string]time.Duration{
+		"timeouts.connect": c.Timeouts.Connect, "timeouts.first_byte": c.Timeouts.FirstByte,
+		"timeouts.read_body": c.Timeouts.ReadBody,
+		"timeouts.idle":      c.Timeouts.Idle, "timeouts.request": c.Timeouts.Request,
+		"timeouts.read_header": c.Timeouts.ReadHeader, "timeouts.client_idle": c.Timeouts.ClientIdle,
+		"timeouts.write": c.Timeouts.Write, "timeouts.max_stream": c.Timeouts.MaxStream,
+		"retry.budget": c.Retry.Budget, "queue.max_wait": c.Queue.MaxWait,
+		"queue.critical_max_wait": c.Queue.CriticalMaxWait, "scrape.interval": c.Scrape.Interval,
+		"scrape.timeout": c.Scrape.Timeout, "scrape.models_interval": c.Scrape.ModelsInterval,
+	} {
+		if d < 0 {
+			add("%s %v is negative", name, d)
+		}
+	}
+	if c.Consul.Cost < 0 {
+		add("consul.cost %v is negative", c.Consul.Cost)
+	}
+	if u := c.Consul.CostUnit; u != "" && u != "gpu-hour" && u != "mtok" {
+		add("consul.cost_unit %q: want gpu-hour or mtok", u)
+	}
+	if c.Consul.ServicePort < 0 || c.Consul.ServicePort > 65535 {
+		add("consul.service_port %d out of range", c.Consul.ServicePort)
+	}
+	errs = append(errs, c.validateTLS()...)
+	if c.Retry.MaxAttempts < 1 {
+		add("retry.max_attempts %d must be at least 1", c.Retry.MaxAttempts)
+	}
+	if c.Queue.MaxLen < 0 {
+		add("queue.max_len %d is negative", c.Queue.MaxLen)
+	}
+	if c.Scrape.UnreadyAfter < 1 {
+		add("scrape.unready_after %d must be at least 1", c.Scrape.UnreadyAfter)
+	}
+	if err := c.Scheduler.Validate(); err != nil {
+		add("scheduler: %w", err)
+	}
+	if err := c.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+
+	pools := map[string]*PoolConfig{}
+	served := map[string]string{} // model name -> what declared it
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		switch {
+		case p.Name == "":
+			add("pools[%d]: name is required", i)
+			continue
+		case pools[p.Name] != nil:
+			add("pools[%d]: duplicate pool %q", i, p.Name)
+			continue
+		case p.Model == "":
+			add("pool %q: model is required", p.Name)
+		}
+		pools[p.Name] = p
+		if prev, ok := served[p.Model]; ok {
+			add("pool %q: model %q is already served by %s", p.Name, p.Model, prev)
+		}
+		served[p.Model] = "pool " + p.Name
+	}
+	for _, p := range c.Pools {
+		for _, a := range p.Adapters {
+			if prev, ok := served[a]; ok {
+				add("pool %q: adapter %q is already declared by %s", p.Name, a, prev)
+				continue
+			}
+			served[a] = "pool " + p.Name + " adapters"
+		}
+	}
+	seenModel := map[string]bool{}
+	for i, m := range c.Models {
+		if m.Name == "" {
+			add("models[%d]: name is required", i)
+			continue
+		}
+		if seenModel[m.Name] {
+			add("models[%d]: duplicate model %q", i, m.Name)
+		}
+		seenModel[m.Name] = true
+		if m.TTFTSLO < 0 {
+			add("model %q: ttft_slo is negative", m.Name)
+		}
+		if m.Base != "" {
+			if !c.isPoolModel(m.Base) {
+				add("model %q: base %q is not the model of any pool", m.Name, m.Base)
+			}
+			if c.isPoolModel(m.Name) {
+				add("model %q: is a pool's base model and cannot have a base", m.Name)
+			}
+		}
+	}
+	seenPod := map[string]bool{}
+	for i, p := range c.Pods {
+		if p.Name == "" {
+			add("pods[%d]: name is required", i)
+			continue
+		}
+		if seenPod[p.Name] {
+			add("pods[%d]: duplicate pod %q", i, p.Name)
+		}
+		seenPod[p.Name] = true
+		if _, port, err := net.SplitHostPort(p.Address); err != nil || port == "" {
+			add("pod %q: address %q is not host:port", p.Name, p.Address)
+		}
+		if pools[p.Pool] == nil {
+			add("pod %q: unknown pool %q", p.Name, p.Pool)
+		}
+		if p.Engine != "" && !isEngine(p.Engine) {
+			add("pod %q: unknown engine %q (known: %s, or empty to detect)", p.Name, p.Engine, strings.Join(scrape.Engines, ", "))
+		}
+		if p.GPUs < 0 {
+			add("pod %q: gpus %d is negative", p.Name, p.GPUs)
+		}
+	}
+	for i, src := range c.Kubernetes.Sources {
+		switch {
+		case (src.InferencePool == "") == (src.Selector == ""):
+			add("kubernetes.sources[%d]: set exactly one of inference_pool and selector", i)
+		case src.Selector != "" && src.Port == 0:
+			add("kubernetes.sources[%d]: selector needs port", i)
+		}
+		if src.Port < 0 || src.Port > 65535 {
+			add("kubernetes.sources[%d]: port %d out of range", i, src.Port)
+		}
+		switch {
+		case src.Pool != "" && pools[src.Pool] == nil:
+			add("kubernetes.sources[%d]: unknown pool %q", i, src.Pool)
+		case src.Pool == "" && len(c.Pools) != 1:
+			add("kubernetes.sources[%d]: pool is required when %d pools are configured", i, len(c.Pools))
+		}
+	}
+	errs = append(errs, c.Peers.validate(c.Consul.Address != "")...)
+	return errors.Join(errs...)
+}
+
+// validateTLS checks the TLS blocks and the schemes that must agree with
+// them.
+func (c *Config) validateTLS() []error {
+	var errs []error
+	for _, b := range []struct {
+		path string
+		s    tlsfiles.Server
+	}{{"tls", c.TLS}, {"metrics_tls", c.MetricsTLS}, {"ext_proc_tls", c.ExtProcTLS}} {
+		if err := b.s.Validate(b.path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.Upstream.TLS.Validate("upstream.tls"); err != nil {
+		errs = append(errs, err)
+	}
+	switch c.Upstream.Scheme {
+	case "http":
+		if c.Upstream.TLS.Enabled() {
+			errs = append(errs, errors.New("upstream.tls is set but upstream.scheme is http; set upstream.scheme: https"))
+		}
+	case "https":
+	default:
+		errs = append(errs, fmt.Errorf("upstream.scheme %q: want http or https", c.Upstream.Scheme))
+	}
+	switch s := c.Consul.Scheme; {
+	case s != "" && s != "http" && s != "https":
+		errs = append(errs, fmt.Errorf("consul.scheme %q: want http or https", s))
+	case s == "http" && c.TLS.Enabled():
+		// Tier 2 would dial plain HTTP into a TLS listener.
+		errs = append(errs, errors.New("consul.scheme is http but tls serves the API over https; remove consul.scheme (https is registered automatically)"))
+	}
+	return errs
+}
+
+func (c *Config) isPoolModel(name string) bool {
+	for _, p := range c.Pools {
+		if p.Model == name {
+			return true
+		}
+	}
+	return false
+}
+
+func isEngine(e string) bool {
+	for _, k := range scrape.Engines {
+		if k == e {
+			return true
+		}
+	}
+	return false
+}
+
+// ResolveTokens returns the accepted client tokens from every configured
+// source. With auth enabled, no token at all is an error.
+func (a AuthConfig) ResolveTokens() ([]string, error) {
+	if a.Disabled {
+		return nil, nil
+	}
+	tokens := append([]string(nil), a.Tokens...)
+	if a.TokenEnv != "" {
+		tokens = append(tokens, strings.Split(os.Getenv(a.TokenEnv), ",")...)
+	}
+	if a.TokenFile != "" {
+		fileTokens, err := readTokenFile(a.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth.token_file: %w", err)
+		}
+		tokens = append(tokens, fileTokens...)
+	}
+	out := tokens[:0]
+	for _, t := range tokens {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		// Never name the values; only where they were expected.
+		return nil, fmt.Errorf("auth is enabled but no token was found (tokens: %d inline, token_env %q, token_file %q)",
+			len(a.Tokens), a.TokenEnv, a.TokenFile)
+	}
+	return out, nil
+}
+
+// ResolveToken returns the token to send to model servers, "" for none.
+func (u UpstreamConfig) ResolveToken() (string, error) {
+	if u.TokenFile != "" {
+		ts, err := readTokenFile(u.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("upstream.token_file: %w", err)
+		}
+		if len(ts) > 0 {
+			return ts[0], nil
+		}
+	}
+	if u.TokenEnv != "" {
+		return strings.TrimSpace(os.Getenv(u.TokenEnv)), nil
+	}
+	return "", nil
+}
+
+func readTokenFile(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out, nil
+}
+
+// Pool returns the named pool, or nil.
+func (c *Config) Pool(name string) *PoolConfig {
+	for i := range c.Pools {
+		if c.Pools[i].Name == name {
+			return &c.Pools[i]
+		}
+	}
+	return nil
+}
+
+// ConsulConfig registers the router in Consul for Tier 2's discovery.
+// Registration is off while Address is empty.
+type ConsulConfig struct {
+	Address   string `yaml:"address"`    // Consul agent HTTP address, e.g. 127.0.0.1:8500
+	TokenEnv  string `yaml:"token_env"`  // environment variable holding the ACL token
+	TokenFile string `yaml:"token_file"` // file holding the ACL token
+	// ServiceAddress and ServicePort are what Tier 2 dials; default the
+	// listen address.
+	ServiceAddress string        `yaml:"service_address"`
+	ServicePort    int           `yaml:"service_port"`
+	Scheme         string        `yaml:"scheme"`    // http, or https (the default when tls is set)
+	Cost           float64       `yaml:"cost"`      // in CostUnit
+	CostUnit       string        `yaml:"cost_unit"` // gpu-hour (default) or mtok
+	Pricing        string        `yaml:"pricing"`   // spot or on-demand, informational
+	Capacity       int           `yaml:"capacity"`  // concurrent requests the cluster is sized for
+	Tags           []string      `yaml:"tags"`
+	CheckInterval  time.Duration `yaml:"check_interval"` // default 5s
+}
+
+// ResolveToken returns the Consul ACL token, "" for none.
+func (c ConsulConfig) ResolveToken() (string, error) {
+	if c.TokenEnv != "" {
+		if v := os.Getenv(c.TokenEnv); v != "" {
+			return v, nil
+		}
+	}
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("consul.token_file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", nil
+}
