@@ -3,11 +3,14 @@ package scrape
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +50,12 @@ type PodState struct {
 	Scrapes, Errors     uint64
 	Models              []Model // from /v1/models; nil until first read
 	ModelsAt            time.Time
+	// Idle is true while the pod has no traffic through this router and is
+	// scraped every Options.IdleInterval instead of every Interval.
+	Idle bool
+	// slack is how much longer than Interval the schedule in force waits
+	// between scrapes (IdleInterval-Interval while Idle, else 0).
+	slack time.Duration
 }
 
 // Age is the time since the last successful scrape, or -1 if there was none.
@@ -57,6 +66,20 @@ func (p *PodState) Age(now time.Time) time.Duration {
 	return now.Sub(p.LastSuccess)
 }
 
+// MetricsAge is the age of the metrics as routing should weigh it: Age,
+// less the extra wait of the idle schedule while the pod is Idle, so an idle
+// pod scraped on time looks as fresh as an active one and staleness still
+// measures missed scrapes. Nothing this router sends can change an idle
+// pod's state unseen: its first request makes it active (Scraper.Active),
+// and the router's own in-flight count covers it until the next scrape.
+// -1 if there was no successful scrape.
+func (p *PodState) MetricsAge(now time.Time) time.Duration {
+	if p.LastSuccess.IsZero() {
+		return -1
+	}
+	return max(0, now.Sub(p.LastSuccess)-p.slack)
+}
+
 // Serves reports whether the pod's /v1/models lists model.
 func (p *PodState) Serves(model string) bool {
 	return slices.ContainsFunc(p.Models, func(m Model) bool { return m.ID == model })
@@ -64,17 +87,27 @@ func (p *PodState) Serves(model string) bool {
 
 // Options configures a Scraper. Zero fields take the defaults noted.
 type Options struct {
-	Interval       time.Duration // /metrics period; default 50ms
+	Interval time.Duration // /metrics period of an active pod; default 50ms
+	// IdleInterval is the /metrics period of an idle pod: one with no
+	// request through this router in flight (InFlight) or dispatched
+	// (Active) within ActiveHold. Default 1s; a value not above Interval
+	// scrapes every pod every Interval.
+	IdleInterval time.Duration
+	// ActiveHold is how long a pod stays active after its last dispatch or
+	// the last scrape that found requests in flight on it; default 2s.
+	ActiveHold time.Duration
+	// InFlight, when set, reports the requests in flight on a pod (by
+	// target name); a pod with any stays active. Without it only Active
+	// calls and ActiveHold make a pod active.
+	InFlight       func(pod string) int
 	Timeout        time.Duration // per-request timeout; default 1s
 	ModelsInterval time.Duration // /v1/models period; default 5s
-	// Client, when set, makes every request, /metrics included (a proxy,
-	// TLS or custom dialer). By default /metrics goes through the
-	// scraper's own lean HTTP/1.1 client (one persistent connection per
-	// pod) and /v1/models through a dedicated keep-alive net/http client.
+	// Client makes every request; default a client on NewTransport().
+	// Set it for a proxy, TLS or a custom dialer (keep the transport's
+	// one-connection-per-pod tuning: start from NewTransport).
 	Client *http.Client
-	// Scheme is how pods are reached: "http" (default) or "https". The
-	// lean client speaks plain HTTP only, so with https every request
-	// goes through Client (give it the pods' TLS configuration).
+	// Scheme is how pods are reached: "http" (default) or "https" (give
+	// Client the pods' TLS configuration).
 	Scheme string
 	Logger *slog.Logger // default: slog.Default()
 	// Registerer receives the scrape metrics; nil registers nothing.
@@ -87,9 +120,24 @@ type Options struct {
 	OnUpdate func(pod string)
 }
 
-func (o *Options) setDefaults() (lean bool) {
+// Defaults of Options.
+const (
+	DefaultInterval     = 50 * time.Millisecond
+	DefaultIdleInterval = time.Second
+	DefaultActiveHold   = 2 * time.Second
+)
+
+func (o *Options) setDefaults() {
 	if o.Interval <= 0 {
-		o.Interval = 50 * time.Millisecond
+		o.Interval = DefaultInterval
+	}
+	if o.IdleInterval == 0 {
+		o.IdleInterval = DefaultIdleInterval
+	}
+	// Never scrape an idle pod more often than an active one.
+	o.IdleInterval = max(o.IdleInterval, o.Interval)
+	if o.ActiveHold <= 0 {
+		o.ActiveHold = DefaultActiveHold
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
@@ -102,38 +150,50 @@ func (o *Options) setDefaults() (lean bool) {
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Transport: NewTransport()}
-		lean = o.Scheme == "http"
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return lean
 }
 
-// NewTransport is the transport of the scraper's net/http client; a caller
-// scraping pods over https sets its TLS (DialTLSContext, TLSClientConfig).
+// NewTransport is the transport of the scraper's HTTP client, tuned for
+// polling many pods; a caller scraping pods over https sets its TLS
+// (DialTLSContext, TLSClientConfig) and keeps the rest.
 func NewTransport() *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// Keep one connection per pod for /metrics and one for
-	// /v1/models alive: the default total of 100 idle connections
-	// would make a 100-pod pool redial on most scrapes.
-	tr.MaxIdleConns = 0 // no total limit
-	tr.MaxIdleConnsPerHost = 4
-	// Pods sit on the cluster network; inflating a gzipped page costs
-	// the router more CPU than the bytes it saves (prometheus_client
-	// compresses when asked).
-	tr.DisableCompression = true
-	// Read a whole page in a few syscalls rather than 4 KB ones.
-	tr.ReadBufferSize = 64 << 10
-	return tr
+	return &http.Transport{
+		Proxy: nil, // pods are cluster-local; never via HTTP_PROXY
+		// The scrape timeout (the request's context) bounds dialling.
+		DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		// One connection per pod: a pod's /metrics and /v1/models are
+		// fetched one after the other by its scrape goroutine, and a
+		// response read to its end puts the connection back in the pool
+		// before the next request asks for one. No total limit: the
+		// default of 100 idle connections would make a large pool redial.
+		MaxConnsPerHost:     1,
+		MaxIdleConnsPerHost: 1,
+		MaxIdleConns:        0,
+		// Longer than any sensible idle interval, so an idle pod's
+		// connection survives between scrapes (model servers close theirs
+		// sooner: uvicorn after 5s).
+		IdleConnTimeout: 2 * time.Minute,
+		// Pods sit on the cluster network; inflating a gzipped page costs
+		// the router more CPU than the bytes it saves.
+		DisableCompression: true,
+		// A vLLM page (~50 KB) is read in one or two system calls, not
+		// 4 KB ones.
+		ReadBufferSize:         64 << 10,
+		MaxResponseHeaderBytes: 64 << 10,
+		// HTTP/1.1, as model servers speak it (no ALPN offered).
+		ForceAttemptHTTP2: false,
+	}
 }
 
 // Scraper polls a set of targets, one goroutine per target.
 type Scraper struct {
-	opts Options
-	ctx  context.Context
-	// lean: /metrics goes through pageClient rather than opts.Client.
-	lean bool
+	opts  Options
+	ctx   context.Context
+	epoch time.Time // origin of target.active (monotonic)
 
 	mu      sync.RWMutex
 	targets map[string]*target
@@ -152,18 +212,23 @@ type target struct {
 	// reported holds the metric names currently reported missing (touched
 	// only by the target's goroutine).
 	reported map[string]bool
-	// metricsURL is built once, not on every scrape.
-	metricsURL string
+	// active is the time of the last Active call, as time since the
+	// scraper's epoch (0: never).
+	active atomic.Int64
+	// idle is set while the loop sleeps on the idle interval; the Active
+	// call that clears it sends on wake.
+	idle atomic.Bool
+	wake chan struct{}
 }
 
 // New returns a Scraper that runs until ctx is done. Targets are added with
 // SetTargets.
 func New(ctx context.Context, opts Options) *Scraper {
-	lean := opts.setDefaults()
+	opts.setDefaults()
 	s := &Scraper{
 		opts:    opts,
-		lean:    lean,
 		ctx:     ctx,
+		epoch:   time.Now(),
 		targets: map[string]*target{},
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "infergate_scrape_errors_total",
@@ -202,11 +267,12 @@ func (s *Scraper) SetTargets(ts []Target) {
 		}
 		ctx, cancel := context.WithCancel(s.ctx)
 		tg := &target{t: t, ctx: ctx, cancel: cancel, done: make(chan struct{}), reported: map[string]bool{},
-			metricsURL: s.opts.Scheme + "://" + t.Address + "/metrics"}
+			wake: make(chan struct{}, 1)}
 		tg.state.Store(&PodState{Target: t, Engine: t.Engine})
 		s.targets[t.Name] = tg
 		if exists {
 			old.cancel()
+			tg.active.Store(old.active.Load())
 			restarted = append(restarted, restart{old, tg})
 			continue
 		}
@@ -242,6 +308,28 @@ func (s *Scraper) Close() {
 	s.SetTargets(nil)
 }
 
+// Active tells the scraper that a request was dispatched to pod: the pod is
+// scraped every Interval from now until ActiveHold after its traffic stops,
+// and one asleep on the idle interval is scraped at once (no sooner than
+// Interval after its last scrape). The router calls it on every dispatch:
+// it is a map read, a clock read and an atomic store, plus a channel send
+// when the pod was idle. Unknown pods are ignored.
+func (s *Scraper) Active(pod string) {
+	s.mu.RLock()
+	tg := s.targets[pod]
+	s.mu.RUnlock()
+	if tg == nil {
+		return
+	}
+	tg.active.Store(int64(time.Since(s.epoch)))
+	if tg.idle.Load() && tg.idle.CompareAndSwap(true, false) {
+		select {
+		case tg.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Get returns the latest state of the named pod.
 func (s *Scraper) Get(name string) (*PodState, bool) {
 	s.mu.RLock()
@@ -273,30 +361,63 @@ func (s *Scraper) All() []*PodState {
 	return out
 }
 
+// busy reports whether tg is active at now: dispatched to within
+// ActiveHold, or with requests in flight (which extends the hold from now).
+func (s *Scraper) busy(tg *target, now time.Time, lastBusy *time.Time) bool {
+	if s.opts.IdleInterval <= s.opts.Interval {
+		return true
+	}
+	if s.opts.InFlight != nil && s.opts.InFlight(tg.t.Name) > 0 {
+		*lastBusy = now
+		return true
+	}
+	since := now.Sub(s.epoch)
+	if a := tg.active.Load(); a > 0 && since-time.Duration(a) < s.opts.ActiveHold {
+		return true
+	}
+	return !lastBusy.IsZero() && now.Sub(*lastBusy) < s.opts.ActiveHold
+}
+
 func (s *Scraper) loop(tg *target) {
 	defer close(tg.done)
 	ctx := tg.ctx
-	var pc *pageClient
-	if s.lean {
-		pc = newPageClient(tg.t.Address, s.opts.Timeout)
-		defer pc.close()
-		// Stopping the target interrupts a scrape on the wire.
-		defer context.AfterFunc(ctx, pc.abort)()
+	req, reqErr := http.NewRequest(http.MethodGet, s.opts.Scheme+"://"+tg.t.Address+"/metrics", nil)
+	if reqErr == nil {
+		req.Header.Set("Accept", "text/plain;version=0.0.4")
+		req.Header.Set("Accept-Encoding", "identity")
 	}
-	var nextModels time.Time
+	var nextModels, start, lastBusy time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	// Stopping the target fires the timer, so the wait is one channel
-	// receive, not a select on ctx.Done as well (measurably cheaper at
-	// thousands of scrapes a second).
-	defer context.AfterFunc(ctx, func() { timer.Reset(0) })()
 	for {
-		<-timer.C
-		if ctx.Err() != nil {
+		select {
+		case <-timer.C:
+		case <-tg.wake:
+			// A dispatch to the pod while it slept on the idle
+			// interval: scrape now, or once Interval has passed since
+			// the last scrape.
+			if d := s.opts.Interval - time.Since(start); d > 0 {
+				timer.Reset(d)
+				continue
+			}
+			timer.Stop()
+		case <-ctx.Done():
 			return
 		}
-		start := time.Now()
-		s.scrapeMetrics(ctx, tg, pc, start)
+		start = time.Now()
+		var sample Sample
+		err := reqErr
+		if err == nil {
+			sample, err = s.fetchMetrics(ctx, tg, req)
+		}
+		if ctx.Err() != nil {
+			return // stopping; not the pod's fault
+		}
+		s.duration.Observe(time.Since(start).Seconds())
+		// Which schedule follows is decided before the state is
+		// published, so the state says how fresh it will stay.
+		active := s.busy(tg, time.Now(), &lastBusy)
+		s.publish(tg, start, sample, err, active)
 		if !start.Before(nextModels) {
 			s.scrapeModels(ctx, tg)
 			nextModels = start.Add(s.opts.ModelsInterval)
@@ -306,30 +427,31 @@ func (s *Scraper) loop(tg *target) {
 		}
 		// The period runs from the start of a scrape so a slow pod is not
 		// polled less often than the interval, but scrapes never overlap.
-		timer.Reset(max(0, s.opts.Interval-time.Since(start)))
-		// A stop that came before this Reset had its wake-up overwritten.
-		if ctx.Err() != nil {
-			return
+		if active {
+			timer.Reset(max(0, s.opts.Interval-time.Since(start)))
+			continue
+		}
+		timer.Reset(max(0, s.opts.IdleInterval-time.Since(start)))
+		tg.idle.Store(true)
+		// An Active call between busy and the store above found idle
+		// unset and sent nothing: look again now that it is set.
+		if s.busy(tg, time.Now(), &lastBusy) && tg.idle.CompareAndSwap(true, false) {
+			timer.Reset(max(0, s.opts.Interval-time.Since(start)))
 		}
 	}
 }
 
-func (s *Scraper) scrapeMetrics(ctx context.Context, tg *target, pc *pageClient, start time.Time) {
-	var sample Sample
-	var err error
-	if pc != nil {
-		sample, err = s.fetchPage(ctx, tg, pc, start)
-	} else {
-		sample, err = s.fetchMetrics(ctx, tg)
-	}
-	if ctx.Err() != nil {
-		return // stopping; not the pod's fault
-	}
-	s.duration.Observe(time.Since(start).Seconds())
+// publish records the outcome of one /metrics scrape.
+func (s *Scraper) publish(tg *target, start time.Time, sample Sample, err error, active bool) {
 	prev := tg.state.Load()
 	next := *prev
 	next.LastAttempt = start
 	next.Scrapes++
+	next.Idle = !active
+	next.slack = 0
+	if !active {
+		next.slack = s.opts.IdleInterval - s.opts.Interval
+	}
 	if err != nil {
 		s.errors.WithLabelValues(tg.t.Name).Inc()
 		next.Errors++
@@ -382,47 +504,84 @@ func (s *Scraper) reportMissing(tg *target, engine string, missing []string) {
 	}
 }
 
-// fetchPage reads /metrics with the pod's own client and parses the page
-// where it landed.
-func (s *Scraper) fetchPage(ctx context.Context, tg *target, pc *pageClient, start time.Time) (Sample, error) {
-	resp, err := pc.get(ctx, start.Add(s.opts.Timeout))
-	if err != nil {
-		return Sample{}, err
-	}
-	defer resp.release()
-	if resp.status != http.StatusOK {
-		return Sample{}, fmt.Errorf("GET /metrics: status %d", resp.status)
-	}
-	return parsePage(tg.t.Engine, resp.body, &tg.state.Load().Metrics)
-}
-
-// fetchMetrics reads /metrics with opts.Client when one was given.
-func (s *Scraper) fetchMetrics(ctx context.Context, tg *target) (Sample, error) {
+// fetchMetrics reads /metrics (base is the request, built once) and parses
+// the page where it landed.
+func (s *Scraper) fetchMetrics(ctx context.Context, tg *target, base *http.Request) (Sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tg.metricsURL, nil)
-	if err != nil {
-		return Sample{}, err
-	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := s.opts.Client.Do(req)
+	resp, err := s.opts.Client.Do(base.WithContext(ctx))
 	if err != nil {
 		return Sample{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		// Read a short error body so the connection is kept; a long one
+		// is not worth it.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return Sample{}, fmt.Errorf("GET /metrics: status %d", resp.StatusCode)
 	}
-	sample, err := Parse(tg.t.Engine, io.LimitReader(resp.Body, maxPage))
-	// Read to EOF (a page over the limit, or a parse error, leaves some) so
-	// the connection goes back to the pool instead of being closed.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 256<<10))
-	return sample, err
+	// identity was asked for; a compressed page would reach the parser as
+	// bytes it cannot read.
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return Sample{}, fmt.Errorf("GET /metrics: unsupported Content-Encoding %q (identity was asked for)", ce)
+	}
+	bp := pageBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= pooledPageBuf {
+			pageBufs.Put(bp)
+		}
+	}()
+	page, err := readPage(resp.Body, (*bp)[:0], resp.ContentLength, maxPage)
+	*bp = page[:0] // keep a grown buffer
+	if err != nil {
+		return Sample{}, fmt.Errorf("GET /metrics: %w", err)
+	}
+	return parsePage(tg.t.Engine, page, &tg.state.Load().Metrics)
 }
 
-// maxPage bounds the /metrics page read from a pod.
-const maxPage = 16 << 20
+// Bounds on a /metrics page.
+const (
+	maxPage        = 16 << 20 // larger pages fail the scrape
+	initialPageBuf = 64 << 10 // a vLLM page is ~50 KB
+	pooledPageBuf  = 1 << 20  // larger buffers are not kept for reuse
+)
+
+var errPageTooLarge = errors.New("metrics page too large")
+
+// pageBufs holds page buffers: a pod's is needed only while its scrape
+// runs, so a few serve every pod.
+var pageBufs = sync.Pool{New: func() any { b := make([]byte, 0, initialPageBuf); return &b }}
+
+// readPage appends r's bytes to buf up to EOF; a page over limit bytes (or
+// announced as such by length, -1 when unknown) is an error.
+func readPage(r io.Reader, buf []byte, length int64, limit int) ([]byte, error) {
+	if length > int64(limit) {
+		return buf, fmt.Errorf("%w (%d bytes, over %d)", errPageTooLarge, length, limit)
+	}
+	if length >= 0 {
+		// One more byte than announced, so EOF is seen without a grow.
+		buf = slices.Grow(buf, int(length)+1)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) > limit {
+				return buf, fmt.Errorf("%w (over %d bytes)", errPageTooLarge, limit)
+			}
+			buf = slices.Grow(buf, min(max(cap(buf), initialPageBuf), limit+1-len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			return buf, fmt.Errorf("%w (over %d bytes)", errPageTooLarge, limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
 
 func (s *Scraper) scrapeModels(ctx context.Context, tg *target) {
 	models, err := s.fetchModels(ctx, tg.t)

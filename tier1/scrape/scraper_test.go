@@ -92,10 +92,11 @@ func TestScraper(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := New(ctx, Options{
-		Interval:   5 * time.Millisecond,
-		Timeout:    time.Second,
-		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
-		Registerer: reg,
+		Interval:     5 * time.Millisecond,
+		IdleInterval: -1, // every scrape at Interval
+		Timeout:      time.Second,
+		Logger:       slog.New(slog.NewTextHandler(logs, nil)),
+		Registerer:   reg,
 	})
 	defer s.Close()
 	s.SetTargets([]Target{{Name: "tgi-0", Address: pod.addr(), Needs: InputWaiting | InputKV | InputLoRA}})
@@ -184,7 +185,7 @@ func TestScraperUnreachable(t *testing.T) {
 	pod.srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := New(ctx, Options{Interval: 5 * time.Millisecond, Timeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, IdleInterval: -1, Timeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	defer s.Close()
 	s.SetTargets([]Target{{Name: "dead", Address: addr, Engine: EngineVLLM}})
 	waitFor(t, "failure", func() bool { st, _ := s.Get("dead"); return st.ConsecutiveFailures > 0 })
@@ -234,7 +235,7 @@ func TestScraperCustomClient(t *testing.T) {
 		used.Add(1)
 		return http.DefaultTransport.RoundTrip(r)
 	})}
-	s := New(ctx, Options{Interval: 5 * time.Millisecond, Client: client, Logger: slog.New(slog.DiscardHandler)})
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, IdleInterval: -1, Client: client, Logger: slog.New(slog.DiscardHandler)})
 	defer s.Close()
 	s.SetTargets([]Target{{Name: "v", Address: pod.addr()}})
 	waitFor(t, "a scrape", func() bool { st, _ := s.Get("v"); return !st.LastSuccess.IsZero() })
@@ -258,14 +259,16 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // A pod that answers in a form the scraper cannot read (compressed though
 // identity was asked for) fails its scrapes, so it is not ready.
 func TestScraperCompressedPage(t *testing.T) {
-	pod := newRawPod(t, func(int) (string, bool, bool) {
-		return "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc", false, false
-	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write([]byte("abc"))
+	}))
+	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := New(ctx, Options{Interval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, IdleInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 	defer s.Close()
-	s.SetTargets([]Target{{Name: "z", Address: pod.addr(), Engine: EngineVLLM}})
+	s.SetTargets([]Target{{Name: "z", Address: strings.TrimPrefix(srv.URL, "http://"), Engine: EngineVLLM}})
 	waitFor(t, "failures", func() bool { st, _ := s.Get("z"); return st.ConsecutiveFailures >= 2 })
 	st, _ := s.Get("z")
 	if !st.LastSuccess.IsZero() || !strings.Contains(st.LastError, "Content-Encoding") {
@@ -275,18 +278,23 @@ func TestScraperCompressedPage(t *testing.T) {
 
 // Removing a pod whose scrape hangs does not wait for the scrape timeout.
 func TestScraperRemovesHungPod(t *testing.T) {
+	var requests atomic.Int64
 	stop := make(chan struct{})
-	pod := newRawPod(t, func(int) (string, bool, bool) {
-		<-stop
-		return "", true, false
-	})
-	t.Cleanup(func() { close(stop) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-stop:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // runs before srv.Close
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := New(ctx, Options{Interval: 5 * time.Millisecond, Timeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	defer s.Close()
-	s.SetTargets([]Target{{Name: "h", Address: pod.addr(), Engine: EngineVLLM}})
-	waitFor(t, "the request", func() bool { return pod.requests.Load() > 0 })
+	s.SetTargets([]Target{{Name: "h", Address: strings.TrimPrefix(srv.URL, "http://"), Engine: EngineVLLM}})
+	waitFor(t, "the request", func() bool { return requests.Load() > 0 })
 	done := make(chan struct{})
 	go func() { s.SetTargets(nil); close(done) }()
 	select {
