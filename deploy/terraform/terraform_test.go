@@ -23,7 +23,7 @@ import (
 const modulePath = "modules/tier2-region"
 
 // The module's interface. Changing it is a breaking change for users: update
-// docs/deploy.md and the examples along with these lists.
+// docs/deploy-aws.md and the examples along with these lists.
 var (
 	wantRequiredVars = []string{
 		"admin_token_secret_arn",

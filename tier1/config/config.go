@@ -70,8 +70,8 @@ type Config struct {
 	Pods   []PodConfig   `yaml:"pods"`
 
 	// Kubernetes discovers pods from the Kubernetes API beside the static
-	// Pods (tier1/kube, docs/deploy.md). Read at start; a change needs a
-	// restart.
+	// Pods (tier1/kube, docs/deploy-kubernetes.md). Read at start; a change
+	// needs a restart.
 	Kubernetes KubernetesConfig `yaml:"kubernetes"`
 
 	// Tracing exports OpenTelemetry spans (docs/tracing.md); off by

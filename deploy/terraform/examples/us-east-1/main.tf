@@ -38,7 +38,7 @@ module "tier2" {
 
   # Tier 2's own TLS behind the load balancer (re-encrypted; clients still
   # see certificate_arn) and mutual TLS to the Tier 1 routers, from PEM text
-  # in Secrets Manager or SSM (docs/deploy.md, section 2.5):
+  # in Secrets Manager or SSM (docs/deploy-aws.md, "TLS to the tasks and mutual TLS to Tier 1"):
   # tls = {
   #   certificate_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:infergate/tier2-cert-AbCdEf"
   #   private_key_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:infergate/tier2-key-AbCdEf"
