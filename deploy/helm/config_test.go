@@ -10,7 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/gateway"
+	tier1config "github.com/infergate/infergate/tier1/config"
 )
 
 // tier1ConfigAsRendered applies what templates/configmap.yaml adds to
@@ -92,7 +92,7 @@ func TestTier1ChartConfigIsValid(t *testing.T) {
 	}
 	for _, files := range sets {
 		data := tier1ConfigAsRendered(t, files...)
-		var cfg gateway.Config
+		var cfg tier1config.Config
 		if err := config.Decode(fmt.Sprint(files), data, &cfg); err != nil {
 			t.Errorf("%v: %v\n%s", files, err, data)
 		}
@@ -131,7 +131,7 @@ func TestTier1ChartConfigRendered(t *testing.T) {
 		if err := dec.Decode(&cm); err != nil {
 			t.Fatalf("helm %v: %v", cmdArgs, err)
 		}
-		var cfg gateway.Config
+		var cfg tier1config.Config
 		if err := config.Decode("rendered tier1.yaml", []byte(cm.Data["tier1.yaml"]), &cfg); err != nil {
 			t.Errorf("helm %v: %v\n%s", cmdArgs, err, cm.Data["tier1.yaml"])
 		}

@@ -12,7 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/gateway"
+	tier1config "github.com/infergate/infergate/tier1/config"
 )
 
 // TestTier1ChartDiscovery renders the Tier 1 chart and checks the
@@ -51,12 +51,12 @@ func TestTier1ChartDiscovery(t *testing.T) {
 		}
 		return byKind
 	}
-	tier1Config := func(docs map[string][]map[string]any) gateway.Config {
+	tier1Config := func(docs map[string][]map[string]any) tier1config.Config {
 		t.Helper()
 		for _, cm := range docs["ConfigMap"] {
 			data, _ := cm["data"].(map[string]any)
 			if s, ok := data["tier1.yaml"].(string); ok {
-				var cfg gateway.Config
+				var cfg tier1config.Config
 				if err := config.Decode("tier1.yaml", []byte(s), &cfg); err != nil {
 					t.Fatalf("rendered config: %v\n%s", err, s)
 				}
@@ -64,7 +64,7 @@ func TestTier1ChartDiscovery(t *testing.T) {
 			}
 		}
 		t.Fatal("no tier1.yaml ConfigMap")
-		return gateway.Config{}
+		return tier1config.Config{}
 	}
 	roleResources := func(docs map[string][]map[string]any) []string {
 		var res []string

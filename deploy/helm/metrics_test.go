@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/gateway"
+	tier1config "github.com/infergate/infergate/tier1/config"
 	"github.com/infergate/infergate/tier2/server"
 )
 
@@ -168,7 +168,7 @@ func (w metricsWiring) check(t *testing.T, label, fullname, wantListen string, w
 }
 
 func tier1MetricsListen(data []byte) (string, error) {
-	var cfg gateway.Config
+	var cfg tier1config.Config
 	err := config.Decode("tier1.yaml", data, &cfg)
 	return cfg.MetricsListen, err
 }

@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/gateway"
+	tier1config "github.com/infergate/infergate/tier1/config"
 )
 
 // helmTemplateRaw renders the Tier 1 chart as release "t" in namespace
@@ -52,7 +52,7 @@ func helmTemplateRaw(t *testing.T, args ...string) (string, map[string][]map[str
 // peersRender is what the chart renders for replica state sharing.
 type peersRender struct {
 	raw       string
-	cfg       gateway.Config
+	cfg       tier1config.Config
 	service   map[string]any // <fullname>-peers, nil if absent
 	secret    map[string]any // <fullname>-peers-token, nil if absent
 	port      map[string]any // container port "peers", nil if absent

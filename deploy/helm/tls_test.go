@@ -29,7 +29,7 @@ import (
 	"github.com/infergate/infergate/deploy/configkeys"
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/tlsfiles"
-	"github.com/infergate/infergate/tier1/gateway"
+	tier1config "github.com/infergate/infergate/tier1/config"
 	"github.com/infergate/infergate/tier2/server"
 )
 
@@ -316,7 +316,7 @@ func asYAML(v any) string {
 
 // --- Tier 1 ------------------------------------------------------------
 
-func tier1Config(t *testing.T, docs map[string][]map[string]any) (gateway.Config, map[string]any) {
+func tier1Config(t *testing.T, docs map[string][]map[string]any) (tier1config.Config, map[string]any) {
 	t.Helper()
 	for _, cm := range docs["ConfigMap"] {
 		if s, ok := dig(cm, "data", "tier1.yaml").(string); ok {
@@ -324,8 +324,8 @@ func tier1Config(t *testing.T, docs map[string][]map[string]any) (gateway.Config
 			if err := yaml.Unmarshal([]byte(s), &raw); err != nil {
 				t.Fatal(err)
 			}
-			checkYAMLKeys(t, configkeys.Of(reflect.TypeFor[gateway.Config]()), raw, "tier1.yaml")
-			var cfg gateway.Config
+			checkYAMLKeys(t, configkeys.Of(reflect.TypeFor[tier1config.Config]()), raw, "tier1.yaml")
+			var cfg tier1config.Config
 			if err := config.Decode("rendered tier1.yaml", []byte(s), &cfg); err != nil {
 				t.Errorf("rendered tier1.yaml: %v\n%s", err, s)
 			}
@@ -333,7 +333,7 @@ func tier1Config(t *testing.T, docs map[string][]map[string]any) (gateway.Config
 		}
 	}
 	t.Fatal("no tier1.yaml ConfigMap")
-	return gateway.Config{}, nil
+	return tier1config.Config{}, nil
 }
 
 var tier1TLSValues = []string{

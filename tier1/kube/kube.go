@@ -41,7 +41,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/infergate/infergate/tier1/gateway"
+	"github.com/infergate/infergate/tier1/config"
 )
 
 // Labels (or annotations) a model-server pod may carry.
@@ -65,7 +65,7 @@ var InferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.
 
 // Sink receives what discovery finds; *gateway.Gateway is one.
 type Sink interface {
-	SetDiscoveredPods(pods []gateway.PodConfig) error
+	SetDiscoveredPods(pods []config.PodConfig) error
 	// SetDiscoveryProblem says why discovery is not working, "" when it is.
 	SetDiscoveryProblem(problem string)
 }
@@ -81,12 +81,12 @@ type Options struct {
 	Recheck time.Duration
 	// OnApply, when set, is called after each pod set is handed to the
 	// sink (tests use it to know what the router sees).
-	OnApply func(pods []gateway.PodConfig)
+	OnApply func(pods []config.PodConfig)
 }
 
 // Discoverer watches pods (and InferencePools) in one namespace.
 type Discoverer struct {
-	cfg       gateway.KubernetesConfig
+	cfg       config.KubernetesConfig
 	namespace string
 	pools     map[string]bool
 	defPool   string
@@ -111,7 +111,7 @@ type Discoverer struct {
 // New builds a Discoverer for cfg over the configured pool names (pods
 // join the source's pool, the one pool when there is only one, or the pool
 // their infergate.io/pool label names). Run starts it.
-func New(cfg gateway.KubernetesConfig, pools []string, sink Sink, opts Options) (*Discoverer, error) {
+func New(cfg config.KubernetesConfig, pools []string, sink Sink, opts Options) (*Discoverer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -187,7 +187,7 @@ func namespace(configured string) string {
 func (d *Discoverer) Namespace() string { return d.namespace }
 
 func (d *Discoverer) usesInferencePool() bool {
-	return slices.ContainsFunc(d.cfg.Sources, func(s gateway.DiscoverySource) bool { return s.InferencePool != "" })
+	return slices.ContainsFunc(d.cfg.Sources, func(s config.DiscoverySource) bool { return s.InferencePool != "" })
 }
 
 // Run watches until ctx is done. The pod set is first handed over once the
@@ -250,7 +250,7 @@ func (d *Discoverer) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(d.opts.Recheck)
 	defer tick.Stop()
-	var last []gateway.PodConfig
+	var last []config.PodConfig
 	synced := false
 	d.trigger()
 	for {
@@ -467,10 +467,10 @@ func parseInferencePool(u *unstructured.Unstructured) (labels.Selector, int, err
 // routable lists the pods every source selects that can take requests,
 // sorted by name; a pod selected by several sources counts once (the first
 // source wins).
-func (d *Discoverer) routable(ctx context.Context) []gateway.PodConfig {
+func (d *Discoverer) routable(ctx context.Context) []config.PodConfig {
 	sels := d.selections()
 	seen := map[string]bool{}
-	out := []gateway.PodConfig{}
+	out := []config.PodConfig{}
 	objs := d.podInf.GetStore().List()
 	for _, s := range sels {
 		for _, o := range objs {
@@ -486,7 +486,7 @@ func (d *Discoverer) routable(ctx context.Context) []gateway.PodConfig {
 			out = append(out, pc)
 		}
 	}
-	slices.SortFunc(out, func(a, b gateway.PodConfig) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b config.PodConfig) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -515,7 +515,7 @@ func meta(pod *corev1.Pod, key string) string {
 	return pod.Annotations[key]
 }
 
-func (d *Discoverer) podConfig(ctx context.Context, pod *corev1.Pod, s selection) (gateway.PodConfig, bool) {
+func (d *Discoverer) podConfig(ctx context.Context, pod *corev1.Pod, s selection) (config.PodConfig, bool) {
 	pool := s.pool
 	if p := meta(pod, LabelPool); p != "" {
 		pool = p
@@ -529,9 +529,9 @@ func (d *Discoverer) podConfig(ctx context.Context, pod *corev1.Pod, s selection
 		if warn {
 			d.log.Warn("pod skipped: its pool is not configured", "pod", pod.Name, "pool", pool, "label", LabelPool)
 		}
-		return gateway.PodConfig{}, false
+		return config.PodConfig{}, false
 	}
-	pc := gateway.PodConfig{
+	pc := config.PodConfig{
 		Name:    pod.Name,
 		Address: net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(s.port)),
 		Pool:    pool,
@@ -578,7 +578,7 @@ func (d *Discoverer) nodeGPUOf(ctx context.Context, node string) string {
 	return gpu
 }
 
-func podEqual(a, b gateway.PodConfig) bool {
+func podEqual(a, b config.PodConfig) bool {
 	return a.Name == b.Name && a.Address == b.Address && a.Pool == b.Pool &&
 		a.Engine == b.Engine && a.GPU == b.GPU && a.GPUs == b.GPUs && mapsEqual(a.Labels, b.Labels)
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/infergate/infergate/internal/testservice"
 	"github.com/infergate/infergate/sim/server"
+	"github.com/infergate/infergate/tier1/config"
 	"github.com/infergate/infergate/tier1/gateway"
 	"github.com/infergate/infergate/tier1/kube"
 )
@@ -213,21 +214,21 @@ type router struct {
 	d   *kube.Discoverer
 
 	mu      sync.Mutex
-	applied []gateway.PodConfig
+	applied []config.PodConfig
 	changes map[string]time.Time // pod -> when it last left the applied set
 	listed  map[string]bool      // pods that were ever in the applied set
 	wake    chan struct{}
 }
 
-func (c *cluster) startRouter(t testing.TB, ns string, kc gateway.KubernetesConfig, scrapeEvery time.Duration) *router {
+func (c *cluster) startRouter(t testing.TB, ns string, kc config.KubernetesConfig, scrapeEvery time.Duration) *router {
 	t.Helper()
 	if scrapeEvery == 0 {
 		scrapeEvery = 20 * time.Millisecond
 	}
-	cfg := &gateway.Config{
-		Auth:   gateway.AuthConfig{Disabled: true},
-		Scrape: gateway.ScrapeConfig{Interval: scrapeEvery},
-		Pools:  []gateway.PoolConfig{{Name: "llama", Model: model}},
+	cfg := &config.Config{
+		Auth:   config.AuthConfig{Disabled: true},
+		Scrape: config.ScrapeConfig{Interval: scrapeEvery},
+		Pools:  []config.PoolConfig{{Name: "llama", Model: model}},
 	}
 	kc.Namespace = ns
 	cfg.Kubernetes = kc
@@ -260,11 +261,11 @@ func (c *cluster) startRouter(t testing.TB, ns string, kc gateway.KubernetesConf
 	return r
 }
 
-func (r *router) onApply(pods []gateway.PodConfig) {
+func (r *router) onApply(pods []config.PodConfig) {
 	now := time.Now()
 	r.mu.Lock()
 	for _, old := range r.applied {
-		if !slices.ContainsFunc(pods, func(p gateway.PodConfig) bool { return p.Name == old.Name }) {
+		if !slices.ContainsFunc(pods, func(p config.PodConfig) bool { return p.Name == old.Name }) {
 			r.changes[old.Name] = now
 		}
 	}
@@ -318,7 +319,7 @@ func (r *router) names() []string {
 	return out
 }
 
-func (r *router) pod(name string) (gateway.PodConfig, bool) {
+func (r *router) pod(name string) (config.PodConfig, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.applied {
@@ -326,7 +327,7 @@ func (r *router) pod(name string) (gateway.PodConfig, bool) {
 			return p, true
 		}
 	}
-	return gateway.PodConfig{}, false
+	return config.PodConfig{}, false
 }
 
 // waitSet waits until the router's discovered set is exactly want.
@@ -421,7 +422,7 @@ func (c *cluster) testPodsJoinAndLeave(t *testing.T) {
 	a, b := c.startSim(t, "a"), c.startSim(t, "b")
 	c.createPod(t, ns, "a", a.ip, app, true)
 	c.createPod(t, ns, "other", c.ip(), map[string]string{"app": "web"}, true) // not selected
-	r := c.startRouter(t, ns, gateway.KubernetesConfig{Sources: []gateway.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 0)
+	r := c.startRouter(t, ns, config.KubernetesConfig{Sources: []config.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 0)
 	r.waitSet(t, "a")
 	r.waitRoutable(t, "a")
 	if got := r.chat(t, false, 4); got.status != 200 || got.pod != "a" {
@@ -474,7 +475,7 @@ func (c *cluster) testNodeGPU(t *testing.T) {
 	}
 	a := c.startSim(t, "a")
 	c.createPod(t, ns, "a", a.ip, map[string]string{"app": "vllm"}, true)
-	kc := gateway.KubernetesConfig{NodeGPU: true, Sources: []gateway.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}
+	kc := config.KubernetesConfig{NodeGPU: true, Sources: []config.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}
 
 	// The namespaced Role does not allow `get nodes`: the pod still
 	// serves, without a GPU.
@@ -513,7 +514,7 @@ func (c *cluster) testDeletedDuringStream(t *testing.T) {
 	app := map[string]string{"app": "vllm"}
 	a := c.startSimScaled(t, "a", 1) // real GPU speed: the stream lasts seconds
 	c.createPod(t, ns, "a", a.ip, app, true)
-	r := c.startRouter(t, ns, gateway.KubernetesConfig{Sources: []gateway.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 0)
+	r := c.startRouter(t, ns, config.KubernetesConfig{Sources: []config.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 0)
 	r.waitRoutable(t, "a")
 
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"tell me"}],"max_tokens":400,"stream":true}`, model)
@@ -562,7 +563,7 @@ func (c *cluster) testInferencePool(t *testing.T) {
 	a, b := c.startSim(t, "a"), c.startSim(t, "b")
 	c.createPod(t, ns, "a", a.ip, map[string]string{"app": "vllm", "track": "stable"}, true)
 	c.createPod(t, ns, "b", b.ip, map[string]string{"app": "vllm", "track": "canary"}, true)
-	kc := gateway.KubernetesConfig{Sources: []gateway.DiscoverySource{{InferencePool: "llama"}}}
+	kc := config.KubernetesConfig{Sources: []config.DiscoverySource{{InferencePool: "llama"}}}
 	r := c.startRouter(t, ns, kc, 0)
 
 	ready := func() (int, string) {
@@ -684,7 +685,7 @@ func (c *cluster) testChurn(t *testing.T) {
 		s := c.startSim(t, n)
 		c.createPod(t, ns, n, s.ip, app, true)
 	}
-	r := c.startRouter(t, ns, gateway.KubernetesConfig{Sources: []gateway.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 100*time.Millisecond)
+	r := c.startRouter(t, ns, config.KubernetesConfig{Sources: []config.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 100*time.Millisecond)
 	r.waitRoutable(t, "stable-0", "stable-1")
 
 	type sent struct {
@@ -774,7 +775,7 @@ func (c *cluster) testAPIServerRestart(t *testing.T) {
 	a, b, cc := c.startSim(t, "a"), c.startSim(t, "b"), c.startSim(t, "c")
 	c.createPod(t, ns, "a", a.ip, app, true)
 	c.createPod(t, ns, "b", b.ip, app, true)
-	r := c.startRouter(t, ns, gateway.KubernetesConfig{Sources: []gateway.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 0)
+	r := c.startRouter(t, ns, config.KubernetesConfig{Sources: []config.DiscoverySource{{Selector: "app=vllm", Port: c.port}}}, 0)
 	r.waitRoutable(t, "a", "b")
 
 	c.k.Stop()

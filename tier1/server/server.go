@@ -24,6 +24,7 @@ import (
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
+	"github.com/infergate/infergate/tier1/config"
 	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/gateway"
 	"github.com/infergate/infergate/tier1/kube"
@@ -32,10 +33,9 @@ import (
 	"github.com/infergate/infergate/tier1/register"
 )
 
-// Config is Tier 1's configuration file (docs/tier1.md). The proxy is the
-// part that reads almost all of it (and hot-reloads it), so the types live
-// beside it in tier1/gateway.
-type Config = gateway.Config
+// Config is Tier 1's configuration file (docs/tier1.md); its schema is
+// tier1/config's.
+type Config = config.Config
 
 // Options are the process-level dependencies of a Server.
 type Options struct {
@@ -334,7 +334,7 @@ func (s *Server) metricsListener() (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		if addr == gateway.DefaultMetricsListen {
+		if addr == config.DefaultMetricsListen {
 			s.log.Warn("metrics listener not started: default address in use; set metrics_listen", "addr", addr, "err", err)
 			return nil, nil
 		}
@@ -459,8 +459,8 @@ func outboundIP() string {
 }
 
 // DefaultListen is the proxy's listen address when the config names none.
-const DefaultListen = gateway.DefaultListen
+const DefaultListen = config.DefaultListen
 
 // DefaultMetricsListen is where /metrics is served when the config names
 // no metrics_listen: loopback only.
-const DefaultMetricsListen = gateway.DefaultMetricsListen
+const DefaultMetricsListen = config.DefaultMetricsListen

@@ -13,16 +13,16 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/tier1/gateway"
+	tier1config "github.com/infergate/infergate/tier1/config"
 )
 
 func TestRegistration(t *testing.T) {
-	cfg := &gateway.Config{
+	cfg := &tier1config.Config{
 		Cluster: "east-a",
 		Region:  "us-east",
-		Pools:   []gateway.PoolConfig{{Name: "llama", Model: "llama-8b", Adapters: []string{"sql-lora"}}},
-		Models:  []gateway.ModelConfig{{Name: "chat-lora", Base: "llama-8b"}, {Name: "llama-8b"}},
-		Consul:  gateway.ConsulConfig{Address: "http://127.0.0.1:8500", Cost: 2.5, CostUnit: "mtok", Capacity: 64},
+		Pools:   []tier1config.PoolConfig{{Name: "llama", Model: "llama-8b", Adapters: []string{"sql-lora"}}},
+		Models:  []tier1config.ModelConfig{{Name: "chat-lora", Base: "llama-8b"}, {Name: "llama-8b"}},
+		Consul:  tier1config.ConsulConfig{Address: "http://127.0.0.1:8500", Cost: 2.5, CostUnit: "mtok", Capacity: 64},
 	}
 	tests := []struct {
 		name     string

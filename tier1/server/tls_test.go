@@ -15,7 +15,7 @@ import (
 
 	"github.com/infergate/infergate/internal/testpki"
 	"github.com/infergate/infergate/shared/tlsfiles"
-	"github.com/infergate/infergate/tier1/gateway"
+	"github.com/infergate/infergate/tier1/config"
 )
 
 func TestRegistrationTLS(t *testing.T) {
@@ -45,10 +45,10 @@ func TestRegistrationTLS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := &gateway.Config{
+			cfg := &config.Config{
 				Cluster: "c", Region: "r", TLS: tt.tls,
-				Pools:  []gateway.PoolConfig{{Name: "p", Model: "m"}},
-				Consul: gateway.ConsulConfig{Address: "127.0.0.1:8500", Scheme: tt.scheme},
+				Pools:  []config.PoolConfig{{Name: "p", Model: "m"}},
+				Consul: config.ConsulConfig{Address: "127.0.0.1:8500", Scheme: tt.scheme},
 			}
 			reg, _, err := Registration(cfg, addr)
 			if err != nil {
@@ -117,8 +117,8 @@ func TestNewTLSFileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := &Config{Auth: gateway.AuthConfig{Disabled: true}, MetricsListen: "-",
-				Pools: []gateway.PoolConfig{{Name: "p", Model: "m"}}}
+			cfg := &Config{Auth: config.AuthConfig{Disabled: true}, MetricsListen: "-",
+				Pools: []config.PoolConfig{{Name: "p", Model: "m"}}}
 			tt.set(cfg)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -142,10 +142,10 @@ func TestNewTLSFileErrors(t *testing.T) {
 // certificate are not, and /metrics reports each TLS configuration.
 func TestListenersServeTLS(t *testing.T) {
 	p := newPKI(t)
-	cfg := &Config{Auth: gateway.AuthConfig{Disabled: true},
+	cfg := &Config{Auth: config.AuthConfig{Disabled: true},
 		TLS:        tlsfiles.Server{CertFile: p.good.Cert, KeyFile: p.good.Key, ClientCAFile: p.good.CA},
 		MetricsTLS: tlsfiles.Server{CertFile: p.good.Cert, KeyFile: p.good.Key},
-		Pools:      []gateway.PoolConfig{{Name: "p", Model: "m"}}}
+		Pools:      []config.PoolConfig{{Name: "p", Model: "m"}}}
 	api, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
