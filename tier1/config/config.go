@@ -188,6 +188,12 @@ type ScrapeConfig struct {
 	// UnreadyAfter consecutive failed scrapes mark a pod not ready;
 	// default 2.
 	UnreadyAfter int `yaml:"unready_after"`
+	// IdleInterval is the /metrics period of a pod with no traffic
+	// through this router (none in flight, none dispatched in the last
+	// 2s); its first request brings it back to Interval. Default 1s, or
+	// Interval if longer; equal to Interval scrapes every pod every
+	// Interval.
+	IdleInterval time.Duration `yaml:"idle_interval"`
 }
 
 // PoolConfig is a named set of pods serving one base model.
@@ -280,6 +286,7 @@ func (c *Config) SetDefaults() {
 	def(&c.Queue.MaxWait, 2*time.Second)
 	def(&c.Queue.CriticalMaxWait, 10*time.Second)
 	def(&c.Scrape.Interval, 50*time.Millisecond)
+	def(&c.Scrape.IdleInterval, max(time.Second, c.Scrape.Interval))
 	def(&c.Scrape.Timeout, time.Second)
 	def(&c.Scrape.ModelsInterval, 5*time.Second)
 	if c.Scrape.UnreadyAfter == 0 {
@@ -318,7 +325,7 @@ func (c *Config) Validate() error {
 		"timeouts.write": c.Timeouts.Write, "timeouts.max_stream": c.Timeouts.MaxStream,
 		"retry.budget": c.Retry.Budget, "queue.max_wait": c.Queue.MaxWait,
 		"queue.critical_max_wait": c.Queue.CriticalMaxWait, "scrape.interval": c.Scrape.Interval,
-		"scrape.timeout": c.Scrape.Timeout, "scrape.models_interval": c.Scrape.ModelsInterval,
+		"scrape.idle_interval": c.Scrape.IdleInterval, "scrape.timeout": c.Scrape.Timeout, "scrape.models_interval": c.Scrape.ModelsInterval,
 	} {
 		if d < 0 {
 			add("%s %v is negative", name, d)
@@ -342,6 +349,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Scrape.UnreadyAfter < 1 {
 		add("scrape.unready_after %d must be at least 1", c.Scrape.UnreadyAfter)
+	}
+	if c.Scrape.IdleInterval >= 0 && c.Scrape.IdleInterval < c.Scrape.Interval {
+		add("scrape.idle_interval %v is shorter than scrape.interval %v (set it equal to scrape every pod every interval)",
+			c.Scrape.IdleInterval, c.Scrape.Interval)
 	}
 	if err := c.Scheduler.Validate(); err != nil {
 		add("scheduler: %w", err)

@@ -28,6 +28,9 @@ func TestDefaults(t *testing.T) {
 		c.Retry.MaxAttempts != 3 || c.Queue.MaxWait != 2*time.Second || c.MaxBodyBytes != DefaultMaxBodyBytes {
 		t.Errorf("defaults not applied: %+v", c)
 	}
+	if c.Scrape.IdleInterval != time.Second {
+		t.Errorf("scrape.idle_interval default = %v, want 1s", c.Scrape.IdleInterval)
+	}
 	if c.Scheduler.Weight(picker.ScorerPrefix) != picker.DefaultProfile().Weight(picker.ScorerPrefix) {
 		t.Errorf("scheduler default not applied: %+v", c.Scheduler)
 	}
@@ -63,6 +66,9 @@ func TestValidate(t *testing.T) {
 		{"bad scorer", base + "scheduler: {scorers: [{name: magic, weight: 1}]}\n", `unknown scorer "magic"`},
 		{"negative timeout", base + "timeouts: {connect: -1s}\n", "timeouts.connect"},
 		{"zero attempts", base + "retry: {max_attempts: -1}\n", "max_attempts"},
+		{"idle interval below interval", base + "scrape: {interval: 100ms, idle_interval: 50ms}\n", "scrape.idle_interval 50ms is shorter than scrape.interval 100ms"},
+		{"negative idle interval", base + "scrape: {idle_interval: -1s}\n", "scrape.idle_interval -1s is negative"},
+		{"idle interval equal to interval", base + "scrape: {interval: 100ms, idle_interval: 100ms}\n", ""},
 		{"tracing otlp ok", base + "tracing: {exporter: otlp, endpoint: 'http://collector:4318', sample_ratio: 0.1}\n", ""},
 		{"tracing bad exporter", base + "tracing: {exporter: zipkin}\n", `tracing.exporter "zipkin"`},
 		{"tracing unknown key", base + "tracing: {exporter: console, ratio: 1}\n", "ratio"},
