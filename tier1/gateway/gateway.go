@@ -209,9 +209,11 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 	}
 	g.scraper = scrape.New(ctx, scrape.Options{
 		Scheme:         g.upstreamScheme,
-		Client:         scrapeClient, // nil: plain HTTP, the scraper's own lean client
+		Client:         scrapeClient, // nil: plain HTTP, the scraper's default client
 		ModelsToken:    modelsToken,
 		Interval:       cfg.Scrape.Interval,
+		IdleInterval:   cfg.Scrape.IdleInterval,
+		InFlight:       g.tracker.InFlight, // a pod with requests in flight is scraped at Interval
 		Timeout:        cfg.Scrape.Timeout,
 		ModelsInterval: cfg.Scrape.ModelsInterval,
 		Logger:         g.log,

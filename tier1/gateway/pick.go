@@ -172,6 +172,7 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 	}
 	p.ft = firstToken{g: g, req: req, pool: pool.cfg.Name, queue: pool.queue, start: start, dispatched: p.dispatched}
 	g.tracker.Dispatched(p.pod, req)
+	g.scraper.Active(p.pod)
 	return p, nil
 }
 
@@ -197,6 +198,7 @@ func (p *Pick) Served(addr string) {
 	p.dispatched = time.Now()
 	p.ft.dispatched = p.dispatched
 	p.g.tracker.Dispatched(p.pod, p.req)
+	p.g.scraper.Active(p.pod)
 }
 
 // ServedPod returns the pod the request is on (the pick, or the one

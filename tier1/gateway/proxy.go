@@ -205,7 +205,7 @@ func (g *Gateway) fillPod(p *picker.Pod, st *state, pool *poolState, rt *podRT, 
 	p.Engine = ps.Engine
 	p.Metrics = ps.Metrics
 	if !ps.LastSuccess.IsZero() {
-		p.MetricsAge = now.Sub(ps.LastSuccess)
+		p.MetricsAge = ps.MetricsAge(now) // an idle pod scraped on its slower schedule is not stale
 		p.Ready = ps.ConsecutiveFailures < st.cfg.Scrape.UnreadyAfter && now.UnixNano() >= rt.downUntil.Load()
 	}
 	return ps
@@ -334,6 +334,7 @@ func (g *Gateway) attempt(ctx context.Context, c *proxyCall, pod *picker.Pod, ca
 	ft := firstToken{g: g, req: c.req, pool: c.pool.cfg.Name, queue: c.pool.queue, start: c.start, dispatched: time.Now(),
 		end: openai.StreamEnder{API: openai.APIForPath(c.r.URL.Path)}, span: g.traceSpan(ctx)}
 	g.tracker.Dispatched(pod.Name, c.req)
+	g.scraper.Active(pod.Name)
 	defer func() {
 		g.tracker.Done(pod.Name, c.req)
 		c.pool.queue.signal()

@@ -3,14 +3,17 @@ package scrape
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -301,5 +304,258 @@ func TestScraperRemovesHungPod(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("SetTargets waited for the hung scrape")
+	}
+}
+
+// scrapes returns the pod's count of /metrics scrapes so far.
+func scrapes(s *Scraper, pod string) uint64 {
+	st, _ := s.Get(pod)
+	return st.Scrapes
+}
+
+// An idle pod is scraped on the idle schedule; Active wakes it at once, and
+// it returns to idle when its hold runs out. With an idle interval of an
+// hour every count here is exact: no scrape can come from the timer.
+func TestScraperIdlePodWakesOnActive(t *testing.T) {
+	pod := newFakePod(t, vllmText)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var published atomic.Int64
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, IdleInterval: time.Hour, ActiveHold: 50 * time.Millisecond,
+		ModelsInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), OnUpdate: func(string) { published.Add(1) }})
+	defer s.Close()
+	s.SetTargets([]Target{{Name: "p", Address: pod.addr(), Engine: EngineVLLM}})
+
+	// A new pod is scraped once at once, then sleeps on the idle schedule.
+	waitFor(t, "the first scrape", func() bool { return published.Load() == 1 })
+	st, _ := s.Get("p")
+	if !st.Idle || st.Scrapes != 1 || st.LastSuccess.IsZero() {
+		t.Fatalf("after the first scrape: idle %v, scrapes %d, err %q", st.Idle, st.Scrapes, st.LastError)
+	}
+	// Idle and scraped on time, its metrics are as fresh as an active
+	// pod's for routing, though their real age keeps growing.
+	later := st.LastSuccess.Add(30 * time.Minute)
+	if got := st.MetricsAge(later); got != 0 {
+		t.Errorf("MetricsAge half an idle interval after the scrape = %v, want 0", got)
+	}
+	if got := st.MetricsAge(st.LastSuccess.Add(time.Hour + time.Second)); got != 5*time.Millisecond+time.Second {
+		t.Errorf("MetricsAge an idle interval + 1s after the scrape = %v, want 1.005s (late by 1s)", got)
+	}
+	if got := st.Age(later); got != 30*time.Minute {
+		t.Errorf("Age = %v, want 30m", got)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if n := scrapes(s, "p"); n != 1 {
+		t.Fatalf("idle pod scraped %d times, want 1", n)
+	}
+
+	// Its first request wakes it; it stays on the fast schedule until the
+	// hold runs out, then sleeps again.
+	s.Active("p")
+	waitFor(t, "an active scrape", func() bool { st, _ := s.Get("p"); return st.Scrapes >= 3 && !st.Idle })
+	waitFor(t, "idle again", func() bool { st, _ := s.Get("p"); return st.Idle })
+	n := scrapes(s, "p")
+	time.Sleep(30 * time.Millisecond)
+	if m := scrapes(s, "p"); m != n {
+		t.Fatalf("pod idle again was scraped %d more times", m-n)
+	}
+	s.Active("nope") // unknown pods are ignored
+}
+
+// A pod with requests in flight stays on the fast schedule past its hold,
+// and goes back to idle once they are done.
+func TestScraperInFlightKeepsPodActive(t *testing.T) {
+	pod := newFakePod(t, vllmText)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var inFlight atomic.Int64
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, IdleInterval: time.Hour, ActiveHold: 20 * time.Millisecond,
+		ModelsInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
+		InFlight: func(p string) int {
+			if p != "p" {
+				t.Errorf("InFlight(%q)", p)
+			}
+			return int(inFlight.Load())
+		}})
+	defer s.Close()
+	inFlight.Store(1)
+	s.SetTargets([]Target{{Name: "p", Address: pod.addr(), Engine: EngineVLLM}})
+	// Far more scrapes than the hold alone would allow: 40 at 5ms are at
+	// least 200ms, ten holds.
+	waitFor(t, "40 scrapes", func() bool { return scrapes(s, "p") >= 40 })
+	if st, _ := s.Get("p"); st.Idle || st.MetricsAge(st.LastSuccess.Add(time.Second)) != time.Second {
+		t.Errorf("pod with a request in flight: idle %v, or its metrics age discounted", st.Idle)
+	}
+	inFlight.Store(0)
+	waitFor(t, "idle", func() bool { st, _ := s.Get("p"); return st.Idle })
+	n := scrapes(s, "p")
+	time.Sleep(30 * time.Millisecond)
+	if m := scrapes(s, "p"); m != n {
+		t.Fatalf("idle pod scraped %d more times", m-n)
+	}
+}
+
+// Counted over the same window, an idle pod is scraped about window /
+// IdleInterval times and an active one about window / Interval times. The
+// bounds are wide (a quarter of the expected active count, four times the
+// expected idle one) so a loaded machine does not fail the test; the two
+// schedules differ twentyfold.
+func TestScraperIntervalsUnderLoad(t *testing.T) {
+	const (
+		pods     = 8
+		interval = 20 * time.Millisecond
+		idle     = 400 * time.Millisecond
+		window   = 1200 * time.Millisecond
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var busy sync.Map // pod name -> true while it has traffic
+	s := New(ctx, Options{Interval: interval, IdleInterval: idle, ActiveHold: interval, ModelsInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler),
+		InFlight: func(p string) int {
+			if _, ok := busy.Load(p); ok {
+				return 1
+			}
+			return 0
+		}})
+	defer s.Close()
+	page := string(loadFixture(t))
+	var targets []Target
+	for i := range pods + 1 {
+		name := fmt.Sprintf("active-%d", i)
+		if i == pods {
+			name = "idle"
+		} else {
+			busy.Store(name, true)
+		}
+		targets = append(targets, Target{Name: name, Address: newFakePod(t, page).addr(), Engine: EngineVLLM})
+	}
+	s.SetTargets(targets)
+	waitFor(t, "every pod scraped", func() bool {
+		for _, p := range s.All() {
+			if p.LastSuccess.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	before := map[string]uint64{}
+	for _, p := range s.All() {
+		before[p.Name] = p.Scrapes
+	}
+	time.Sleep(window)
+	for _, p := range s.All() {
+		n := p.Scrapes - before[p.Name]
+		if p.Errors > 0 {
+			t.Errorf("%s: %d failed scrapes (%s)", p.Name, p.Errors, p.LastError)
+		}
+		if p.Name == "idle" {
+			if want := uint64(window / idle); n > 4*want || !p.Idle {
+				t.Errorf("idle pod: %d scrapes in %v (idle %v), want about %d", n, window, p.Idle, want)
+			}
+			continue
+		}
+		if want := uint64(window / interval); n < want/4 || p.Idle {
+			t.Errorf("%s: %d scrapes in %v (idle %v), want about %d", p.Name, n, window, p.Idle, want)
+		}
+	}
+}
+
+// Each pod's /metrics and /v1/models share one kept-alive connection, also
+// when the pod closes idle connections (the next scrape redials without
+// failing) .
+func TestScraperOneConnectionPerPod(t *testing.T) {
+	for _, keepAlive := range []bool{true, false} {
+		t.Run(fmt.Sprintf("keep-alive=%v", keepAlive), func(t *testing.T) {
+			var conns, models atomic.Int64
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/models" {
+					models.Add(1)
+					fmt.Fprint(w, `{"data":[{"id":"m"}]}`)
+					return
+				}
+				fmt.Fprint(w, vllmText)
+			}))
+			srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			srv.Config.SetKeepAlivesEnabled(keepAlive)
+			srv.Start()
+			t.Cleanup(srv.Close)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s := New(ctx, Options{Interval: 2 * time.Millisecond, IdleInterval: -1, ModelsInterval: 10 * time.Millisecond,
+				Logger: slog.New(slog.DiscardHandler)})
+			defer s.Close()
+			s.SetTargets([]Target{{Name: "p", Address: strings.TrimPrefix(srv.URL, "http://"), Engine: EngineVLLM}})
+			waitFor(t, "scrapes and model reads", func() bool { return scrapes(s, "p") >= 30 && models.Load() >= 3 })
+			st, _ := s.Get("p")
+			if st.Errors > 0 {
+				t.Errorf("%d failed scrapes: %s", st.Errors, st.LastError)
+			}
+			n := conns.Load()
+			switch {
+			case keepAlive && n != 1:
+				t.Errorf("connections = %d for %d scrapes and %d model reads, want 1", n, st.Scrapes, models.Load())
+			case !keepAlive && n < int64(st.Scrapes):
+				t.Errorf("connections = %d for %d scrapes with keep-alive off: not redialled", n, st.Scrapes)
+			}
+		})
+	}
+}
+
+func TestReadPage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		body   string
+		length int64
+		limit  int
+		err    bool
+	}{
+		{name: "length", body: "abc", length: 3, limit: 10},
+		{name: "unknown length", body: "abc", length: -1, limit: 10},
+		{name: "exactly the limit", body: "0123456789", length: -1, limit: 10},
+		{name: "over the limit", body: "0123456789x", length: -1, limit: 10, err: true},
+		{name: "announced over the limit", body: "", length: 11, limit: 10, err: true},
+		{name: "more than announced", body: "0123456789x", length: 3, limit: 10, err: true},
+		{name: "large", body: strings.Repeat("x", 3*initialPageBuf+5), length: -1, limit: maxPage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readPage(iotest.OneByteReader(strings.NewReader(tc.body)), make([]byte, 0, 4), tc.length, tc.limit)
+			if tc.err {
+				if !errors.Is(err, errPageTooLarge) {
+					t.Fatalf("err = %v, want errPageTooLarge", err)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.body {
+				t.Fatalf("got %d bytes, %v; want %d", len(got), err, len(tc.body))
+			}
+		})
+	}
+}
+
+// BenchmarkFetch fetches and parses the fixture page from a loopback pod
+// through the scraper's client (net/http on NewTransport). ns/op includes
+// the in-process server; lab/scrapecpu measures the scraper's CPU alone.
+func BenchmarkFetch(b *testing.B) {
+	page := loadFixture(b)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(page) }))
+	defer srv.Close()
+	s := New(context.Background(), Options{})
+	tg := &target{t: Target{Name: "p", Address: strings.TrimPrefix(srv.URL, "http://"), Engine: EngineVLLM}}
+	tg.state.Store(&PodState{Target: tg.t, Engine: EngineVLLM})
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(page)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.fetchMetrics(context.Background(), tg, req); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
