@@ -51,6 +51,12 @@ func syntaxErr(off int, format string, args ...any) *Error {
 // without raw control characters, as Python's json.loads requires. An
 // error from fn stops the scan and is returned as is.
 func Members(data []byte, fn func(name, value []byte) error) error {
+	return members(data, func(name, value []byte, _ int) error { return fn(name, value) })
+}
+
+// members is Members, also handing fn the offset of the member's name
+// (its opening quote).
+func members(data []byte, fn func(name, value []byte, start int) error) error {
 	s := scanner{data: data}
 	s.ws()
 	if s.i >= len(data) {
@@ -96,7 +102,7 @@ func Members(data []byte, fn func(name, value []byte) error) error {
 		if err := s.value(); err != nil {
 			return err
 		}
-		if err := fn(name, data[vstart:s.i]); err != nil {
+		if err := fn(name, data[vstart:s.i], kstart); err != nil {
 			return err
 		}
 		s.ws()
@@ -470,4 +476,45 @@ func (s *scanner) str() (escaped bool, err error) {
 
 func isHex(c byte) bool {
 	return isDigit(c) || (c|0x20 >= 'a' && c|0x20 <= 'f')
+}
+
+// Offset returns where sub starts in data when sub is a non-empty slice of
+// data's own bytes (as the values Members and Scan hand out are), else -1.
+// It lets a caller edit a body at the exact bytes the scan found, without
+// scanning again.
+func Offset(data, sub []byte) int {
+	off := cap(data) - cap(sub)
+	if len(sub) == 0 || off < 0 || off+len(sub) > len(data) || &data[off] != &sub[0] {
+		return -1
+	}
+	return off
+}
+
+// Remove returns obj, one JSON object, without its top-level member named
+// exactly name (and the comma that separated it from its neighbour), every
+// other byte unchanged; found is false, and obj is returned as is, when
+// there is no such member or obj is not a valid object. The result is a
+// new slice.
+func Remove(obj []byte, name string) (out []byte, found bool) {
+	cut0, cut1 := -1, -1
+	prevEnd := -1  // end of the previous member's value
+	first := false // the removed member was the first: cut to the next name
+	err := members(obj, func(n, value []byte, start int) error {
+		end := Offset(obj, value) + len(value)
+		switch {
+		case first:
+			cut1, first = start, false
+		case cut0 < 0 && string(n) == name && prevEnd >= 0:
+			cut0, cut1 = prevEnd, end // ", <member>"
+		case cut0 < 0 && string(n) == name:
+			cut0, cut1, first = start, end, true
+		}
+		prevEnd = end
+		return nil
+	})
+	if err != nil || cut0 < 0 {
+		return obj, false
+	}
+	out = make([]byte, 0, len(obj)-(cut1-cut0))
+	return append(append(out, obj[:cut0]...), obj[cut1:]...), true
 }

@@ -1,9 +1,11 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/infergate/infergate/shared/jsonkeys"
@@ -38,6 +40,9 @@ type Request struct {
 	// User and PromptCacheKey are the client's end-user id and cache
 	// routing key: hints for session affinity only, never trusted.
 	User, PromptCacheKey string
+
+	// Raw values aliasing the body, for IncludeUsage.
+	rawStream, rawStreamOptions, rawIncludeUsage []byte
 }
 
 // StreamOptions is the request's stream_options object.
@@ -114,6 +119,7 @@ func ParseRequest(body []byte) (*Request, error) {
 	if r.Stream, err = boolField("stream", vals[fStream]); err != nil {
 		return nil, err
 	}
+	r.rawStream, r.rawStreamOptions = vals[fStream], vals[fStreamOptions]
 	if v := nonNull(vals[fStreamOptions]); v != nil {
 		if v[0] != '{' {
 			return nil, typeError("stream_options", "an object", v)
@@ -122,6 +128,7 @@ func ParseRequest(body []byte) (*Request, error) {
 		if err := streamOptionFields.Scan(v, so[:]); err != nil {
 			return nil, keysError(err, "stream_options.")
 		}
+		r.rawIncludeUsage = so[0]
 		r.StreamOptions = &StreamOptions{}
 		if r.StreamOptions.IncludeUsage, err = boolField("stream_options.include_usage", so[0]); err != nil {
 			return nil, err
@@ -232,4 +239,99 @@ func intField(name string, v []byte, lo, hi int) (*int, error) {
 			Message: fmt.Sprintf("field %q must be between %d and %d, got %s", name, lo, hi, v)}
 	}
 	return &n, nil
+}
+
+// What IncludeUsage writes.
+var (
+	trueValue           = []byte("true")
+	includeUsageMember  = []byte(`"include_usage":true`)
+	includeUsageNext    = []byte(`,"include_usage":true`)
+	streamOptionsMember = []byte(`"stream_options":{"include_usage":true}`)
+	streamOptionsNext   = []byte(`,"stream_options":{"include_usage":true}`)
+	streamOptionsValue  = streamOptionsMember[len(`"stream_options":`):]
+)
+
+// errOtherBody is IncludeUsage's answer for a body r was not parsed from.
+var errOtherBody = errors.New("openai: the body is not the one the request was parsed from")
+
+// IncludeUsage is the edit that sets stream_options.include_usage to true
+// in body, the body r was parsed from; changed is false when there is
+// nothing to edit: include_usage is already true, or the request does not
+// stream (engines refuse stream_options without stream). The edit is made
+// at the bytes ParseRequest found, never by re-encoding: every other byte
+// reaches the engine as the client sent it, so the prompt (and the prefix
+// hash Tier 1 computes from it) is the same with or without the option.
+//
+//   - include_usage false or null: that value becomes true;
+//   - stream_options without include_usage: the member is added as its
+//     last one;
+//   - stream_options null: its value becomes {"include_usage":true};
+//   - no stream_options: the member is added as the body's last one.
+func (r *Request) IncludeUsage(body []byte) (s Splice, changed bool, err error) {
+	if !r.Stream || (r.StreamOptions != nil && r.StreamOptions.IncludeUsage) {
+		return Splice{}, false, nil
+	}
+	switch v := r.rawStreamOptions; {
+	case r.rawIncludeUsage != nil: // false or null
+		s = Splice{Off: jsonkeys.Offset(body, r.rawIncludeUsage), N: len(r.rawIncludeUsage), Insert: trueValue}
+	case v != nil && v[0] == 'n': // stream_options null
+		s = Splice{Off: jsonkeys.Offset(body, v), N: len(v), Insert: streamOptionsValue}
+	case v != nil: // an object: before its closing brace, after its last member
+		at := len(trimSpaceRight(v[:len(v)-1]))
+		s = Splice{Off: -1, Insert: includeUsageNext}
+		if off := jsonkeys.Offset(body, v); off >= 0 {
+			s.Off = off + at
+		}
+		if v[at-1] == '{' {
+			s.Insert = includeUsageMember
+		}
+	default:
+		// The object's last '}' ends the body: ParseRequest allows only
+		// whitespace after it.
+		if jsonkeys.Offset(body, r.rawStream) < 0 {
+			return Splice{}, false, errOtherBody
+		}
+		end := trimSpaceRight(body)
+		at := len(trimSpaceRight(end[:len(end)-1]))
+		s = Splice{Off: at, Insert: streamOptionsNext}
+		if body[at-1] == '{' {
+			s.Insert = streamOptionsMember
+		}
+	}
+	if s.Off < 0 {
+		return Splice{}, false, errOtherBody
+	}
+	return s, true, nil
+}
+
+// Splice is an edit of a body: the N bytes at Off replaced by Insert.
+type Splice struct {
+	Off, N int
+	Insert []byte
+}
+
+// Len is the length of body after the edit.
+func (s Splice) Len(body []byte) int { return len(body) - s.N + len(s.Insert) }
+
+// Apply returns body after the edit, as a new slice.
+func (s Splice) Apply(body []byte) []byte {
+	out := make([]byte, 0, s.Len(body))
+	return append(append(append(out, body[:s.Off]...), s.Insert...), body[s.Off+s.N:]...)
+}
+
+// Reader reads body after the edit without copying it.
+func (s Splice) Reader(body []byte) io.Reader {
+	return io.MultiReader(bytes.NewReader(body[:s.Off]), bytes.NewReader(s.Insert), bytes.NewReader(body[s.Off+s.N:]))
+}
+
+func trimSpaceRight(b []byte) []byte {
+	for len(b) > 0 {
+		switch b[len(b)-1] {
+		case ' ', '\t', '\n', '\r':
+			b = b[:len(b)-1]
+		default:
+			return b
+		}
+	}
+	return b
 }

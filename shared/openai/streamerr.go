@@ -34,23 +34,16 @@ func APIForPath(path string) API {
 	return APIOpenAI
 }
 
-// maxTrackedEvent bounds the part of one Responses event a StreamEnder
-// buffers; a longer event is skipped (its sequence number is then read
-// from the next one).
-const maxTrackedEvent = 1 << 20
-
 // StreamEnder follows an event stream on its way to a client so that a
 // relay whose upstream breaks off can end it with an error event in the
-// stream's own shape. Feed it every relayed chunk with Observe (chunks may
-// split events anywhere), then call ErrorEvent. Only Responses streams
-// need following: their events are numbered, and the failed response is
-// announced with the id response.created gave it. The zero value follows
-// an OpenAI (chat, completions) stream.
+// stream's own shape. Show it every relayed event with Observe, then call
+// ErrorEvent. Only Responses streams need following: their events are
+// numbered, and the failed response is announced with the id
+// response.created gave it. The zero value follows an OpenAI (chat,
+// completions) stream.
 type StreamEnder struct {
 	API API
 
-	buf     []byte          // the unfinished event
-	skip    bool            // buf ends an event too long to track: skip it
 	nextSeq int             // sequence number of the next event
 	resp    json.RawMessage // the response object of response.created or response.in_progress
 }
@@ -60,43 +53,15 @@ var (
 	respOpenKeys = [][]byte{[]byte(`response.created`), []byte(`response.in_progress`)}
 )
 
-// Observe records the events of the next relayed chunk.
-func (s *StreamEnder) Observe(chunk []byte) {
-	if s.API != APIResponses {
-		return
-	}
-	data := chunk
-	if len(s.buf) > 0 {
-		s.buf = append(s.buf, chunk...)
-		data = s.buf
-	}
-	for {
-		end, skip := bytes.Index(data, []byte("\n\n")), 2
-		if i := bytes.Index(data, []byte("\r\n\r\n")); i >= 0 && (end < 0 || i < end) {
-			end, skip = i, 4
-		}
-		if end < 0 {
-			break
-		}
-		if !s.skip {
-			s.event(data[:end])
-		}
-		s.skip = false
-		data = data[end+skip:]
-	}
-	// Keep the unfinished event; of one too long, only the last bytes, in
-	// which its end may begin.
-	if len(data) > maxTrackedEvent {
-		data, s.skip = data[len(data)-3:], true
-	}
-	if len(s.buf) > 0 {
-		s.buf = s.buf[:copy(s.buf, data)]
-	} else {
-		s.buf = append(s.buf, data...)
+// Observe records one whole relayed event (its lines, with or without the
+// blank line that ends it).
+func (s *StreamEnder) Observe(ev []byte) {
+	if s.API == APIResponses {
+		s.event(ev)
 	}
 }
 
-// event records one complete event (without its blank line).
+// event records one complete event.
 func (s *StreamEnder) event(ev []byte) {
 	for _, k := range respOpenKeys {
 		if bytes.Contains(ev, k) {

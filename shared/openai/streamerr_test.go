@@ -63,27 +63,29 @@ func TestStreamEnderShapes(t *testing.T) {
 	}
 }
 
-// TestStreamEnderResponses: the error continues the stream's numbering,
-// whatever the chunking, and response.failed names the stream's response.
+// TestStreamEnderResponses: the error continues the stream's numbering
+// and response.failed names the stream's response.
 func TestStreamEnderResponses(t *testing.T) {
 	stream := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n" +
 		"event: response.in_progress\r\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\r\n\r\n"
 	for i := 2; i < 12; i++ {
 		stream += "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\" x\",\"sequence_number\": " + itoa(i) + "}\n\n"
 	}
-	for _, size := range []int{1, 7, 64, len(stream)} {
+	for _, blank := range []bool{true, false} { // with or without the blank line
 		s := StreamEnder{API: APIResponses}
-		for b := []byte(stream); len(b) > 0; {
-			n := min(size, len(b))
-			s.Observe(b[:n])
-			b = b[n:]
+		for _, ev := range strings.SplitAfter(strings.ReplaceAll(stream, "\r\n", "\n"), "\n\n") {
+			if !blank {
+				ev = strings.TrimSuffix(ev, "\n\n")
+			}
+			s.Observe([]byte(ev))
 		}
+		size := blank
 		names, d := splitEvents(t, string(s.ErrorEvent(502, "upstream_interrupted", "cut")))
 		if len(names) != 2 || names[0] != "error" || names[1] != "response.failed" {
-			t.Fatalf("chunks of %d: events %v", size, names)
+			t.Fatalf("blank line %v: events %v", size, names)
 		}
 		if d[0]["type"] != "error" || d[0]["code"] != "upstream_interrupted" || d[0]["message"] != "cut" || d[0]["sequence_number"] != 12.0 {
-			t.Errorf("chunks of %d: error event %v", size, d[0])
+			t.Errorf("blank line %v: error event %v", size, d[0])
 		}
 		if p, ok := d[0]["param"]; !ok || p != nil {
 			t.Errorf("param %v, want null", p)
@@ -92,7 +94,7 @@ func TestStreamEnderResponses(t *testing.T) {
 		re, _ := r["error"].(map[string]any)
 		if d[1]["type"] != "response.failed" || d[1]["sequence_number"] != 13.0 || r["id"] != "resp_1" || r["status"] != "failed" ||
 			re["code"] != "server_error" || re["message"] != "cut" {
-			t.Errorf("chunks of %d: response.failed %v", size, d[1])
+			t.Errorf("blank line %v: response.failed %v", size, d[1])
 		}
 	}
 	// Before response.created: the error event alone, numbered from 0.
@@ -100,21 +102,6 @@ func TestStreamEnderResponses(t *testing.T) {
 	names, d := splitEvents(t, string(s.ErrorEvent(504, "stream_too_long", "long")))
 	if len(names) != 1 || d[0]["sequence_number"] != 0.0 {
 		t.Errorf("fresh stream: %v %v", names, d)
-	}
-}
-
-// An event too long to track is skipped; numbering resumes after it.
-func TestStreamEnderLongEvent(t *testing.T) {
-	s := StreamEnder{API: APIResponses}
-	long := "event: response.output_text.delta\ndata: {\"sequence_number\":3,\"delta\":\"" + strings.Repeat("x", 3*maxTrackedEvent) + "\"}\n\n"
-	for b := []byte(long); len(b) > 0; {
-		n := min(64<<10, len(b))
-		s.Observe(b[:n])
-		b = b[n:]
-	}
-	s.Observe([]byte("event: response.output_text.delta\ndata: {\"sequence_number\":4,\"delta\":\"y\"}\n\n"))
-	if _, d := splitEvents(t, string(s.ErrorEvent(502, "c", "m"))); d[0]["sequence_number"] != 5.0 || len(s.buf) != 0 {
-		t.Errorf("after a long event: %v (buffered %d)", d[0], len(s.buf))
 	}
 }
 
