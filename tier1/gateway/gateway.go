@@ -334,7 +334,7 @@ func (g *Gateway) applyLocked(cfg *Config) error {
 			}
 		}
 	}
-	needs := scrapeNeeds(cfg.Scheduler)
+	needs := g.sched.Consumes() // what the profile just applied reads
 	var targets []scrape.Target
 	old := g.state.Load()
 	for _, pc := range cfg.Pods {
@@ -381,29 +381,6 @@ func poolHasAdapters(cfg *Config, pc PoolConfig) bool {
 		return true
 	}
 	return slices.ContainsFunc(cfg.Models, func(m ModelConfig) bool { return m.Base == pc.Model })
-}
-
-// scrapeNeeds maps the enabled scorers to the pod metrics they read.
-func scrapeNeeds(p picker.ProfileConfig) scrape.Input {
-	var in scrape.Input
-	for _, s := range p.Scorers {
-		if !s.On() {
-			continue
-		}
-		switch s.Name {
-		case picker.ScorerQueue:
-			in |= scrape.InputWaiting
-		case picker.ScorerRunning:
-			in |= scrape.InputRunning
-		case picker.ScorerKVCache:
-			in |= scrape.InputKV
-		case picker.ScorerLoRAAffinity:
-			in |= scrape.InputLoRA
-		case picker.ScorerPredictedLatency:
-			in |= scrape.InputWaiting
-		}
-	}
-	return in
 }
 
 // watchConfig polls the config file's modification time and size and

@@ -9,14 +9,16 @@ import (
 
 // A session key from the x-session-id header or the body's
 // prompt_cache_key / user reaches the picker: with only the
-// session-affinity scorer, a session's requests stay on one pod, while
-// requests without a key spread (max-score's random tie-break).
+// session-balance scorer, each new session goes to a pod with the fewest
+// live sessions, so 8 new sessions land exactly 2 per pod on 4 pods (by
+// chance, without the keys, 3.8% of the time), while requests without a
+// key spread (max-score's random tie-break).
 func TestSessionKeyReachesPicker(t *testing.T) {
 	var pods []*fakePod
 	for i := range 4 {
 		pods = append(pods, newFakePod(t, fmt.Sprintf("p%d", i)))
 	}
-	e := newEnv(t, pods, "scheduler: {base: empty, filters: [model, ready], picker: max-score, scorers: [{name: session-affinity, weight: 10}]}\n")
+	e := newEnv(t, pods, "scheduler: {base: empty, filters: [model, ready], picker: max-score, scorers: [{name: session-balance, weight: 10}]}\n")
 	podOf := func(r result) string {
 		t.Helper()
 		var v struct{ Pod string }
@@ -29,23 +31,25 @@ func TestSessionKeyReachesPicker(t *testing.T) {
 		return fmt.Sprintf(`{"model":"llama","messages":[{"role":"user","content":"turn %d"}]%s}`, i, extra)
 	}
 	tests := []struct {
-		name  string
-		hdr   map[string]string
-		extra string
+		name string
+		key  func(i int) (map[string]string, string) // session i's header, body members
 	}{
-		{"x-session-id header", map[string]string{HeaderSessionID: "conv-a"}, ""},
-		{"prompt_cache_key", nil, `,"prompt_cache_key":"conv-b"`},
-		{"user", nil, `,"user":"alice"`},
+		{"x-session-id header", func(i int) (map[string]string, string) {
+			return map[string]string{HeaderSessionID: fmt.Sprint("conv-a", i)}, ""
+		}},
+		{"prompt_cache_key", func(i int) (map[string]string, string) { return nil, fmt.Sprintf(`,"prompt_cache_key":"conv-b%d"`, i) }},
+		{"user", func(i int) (map[string]string, string) { return nil, fmt.Sprintf(`,"user":"alice%d"`, i) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			first := ""
-			for i := range 12 {
-				got := podOf(e.do(t, "POST", "/v1/chat/completions", body(tt.extra, i), tt.hdr))
-				if first == "" {
-					first = got
-				} else if got != first {
-					t.Fatalf("request %d went to %s, session was on %s", i, got, first)
+			per := map[string]int{}
+			for i := range 8 {
+				hdr, extra := tt.key(i)
+				per[podOf(e.do(t, "POST", "/v1/chat/completions", body(extra, i), hdr))]++
+			}
+			for _, p := range pods {
+				if per[p.name] != 2 {
+					t.Fatalf("new sessions per pod %v, want 2 on each of the 4", per)
 				}
 			}
 		})

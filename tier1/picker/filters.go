@@ -47,6 +47,8 @@ type modelFilter struct{}
 
 func (modelFilter) Name() string { return FilterModel }
 
+func (modelFilter) Consumes() MetricSet { return 0 } // configuration and /v1/models
+
 func (modelFilter) Filter(_ *cycleState, req *Request, pods []*Pod) []*Pod {
 	model := req.BaseModel
 	if model == "" {
@@ -63,6 +65,8 @@ type readyFilter struct{}
 
 func (readyFilter) Name() string { return FilterReady }
 
+func (readyFilter) Consumes() MetricSet { return 0 } // whether scrapes succeed
+
 func (readyFilter) Filter(_ *cycleState, _ *Request, pods []*Pod) []*Pod {
 	return keep(pods, func(p *Pod) bool { return p.Ready })
 }
@@ -73,6 +77,8 @@ func (readyFilter) Filter(_ *cycleState, _ *Request, pods []*Pod) []*Pod {
 type freshFilter struct{ sat SaturationDetector }
 
 func (freshFilter) Name() string { return FilterFresh }
+
+func (freshFilter) Consumes() MetricSet { return 0 } // the age of the last scrape, not a metric
 
 func (f freshFilter) Filter(_ *cycleState, _ *Request, pods []*Pod) []*Pod {
 	after := f.sat.withDefaults().StaleAfter // once per cycle, not per pod
@@ -86,6 +92,8 @@ func (f freshFilter) Filter(_ *cycleState, _ *Request, pods []*Pod) []*Pod {
 type loraFilter struct{}
 
 func (loraFilter) Name() string { return FilterLoRA }
+
+func (loraFilter) Consumes() MetricSet { return MetricLoRA }
 
 func (loraFilter) Filter(_ *cycleState, req *Request, pods []*Pod) []*Pod {
 	if req.Adapter == "" {

@@ -24,6 +24,7 @@ const (
 	ScorerLoRAAffinity     = "lora-affinity"
 	ScorerPrefix           = "prefix"
 	ScorerPredictedLatency = "predicted-latency"
+	ScorerSessionBalance   = "session-balance"
 
 	PickerMaxScore   = "max-score"
 	PickerRandom     = "random"

@@ -116,6 +116,8 @@ type profile struct {
 	weights []float64
 	picker  ranker
 	sat     SaturationDetector
+	// consumes is what the plugins and the saturation detector read.
+	consumes MetricSet
 }
 
 // cycle is the reusable per-Schedule scratch.
@@ -161,6 +163,12 @@ func (s *Scheduler) WaitOrder() WaitOrderConfig { return s.prof.Load().cfg.WaitO
 // Saturation returns the profile's saturation detector.
 func (s *Scheduler) Saturation() SaturationDetector { return s.prof.Load().sat }
 
+// Consumes returns the scraped pod metrics the profile in force reads: the
+// union of its filters' and enabled scorers' Consumes and the saturation
+// detector's. A scraper needs only these; one a pod's engine lacks is
+// worth a warning (Metrics.Missing).
+func (s *Scheduler) Consumes() MetricSet { return s.prof.Load().consumes }
+
 func isZeroProfile(c ProfileConfig) bool {
 	return c.Base == "" && c.Filters == nil && c.Scorers == nil && c.Picker == ""
 }
@@ -183,10 +191,13 @@ func buildProfile(cfg ProfileConfig, opts Options) (*profile, error) {
 			PrefillWait:    cfg.Saturation.PrefillWait,
 			SheddableWait:  cfg.Saturation.SheddableWait,
 		}.withDefaults(),
+		consumes: saturationMetrics,
 	}
 	bc := buildContext{cfg: cfg, tracker: opts.Tracker, sat: p.sat}
 	for _, name := range cfg.Filters {
-		p.filters = append(p.filters, filterFactories[name](bc))
+		f := filterFactories[name](bc)
+		p.filters = append(p.filters, f)
+		p.consumes |= f.Consumes()
 	}
 	// Scorers that read the others' weighted sum run after them, in
 	// profile order within each group.
@@ -212,6 +223,7 @@ func buildProfile(cfg ProfileConfig, opts Options) (*profile, error) {
 }
 
 func (p *profile) addScorer(sc ScorerConfig, built scorer) {
+	p.consumes |= built.Consumes()
 	p.scorers = append(p.scorers, built)
 	p.names = append(p.names, sc.Name)
 	p.weights = append(p.weights, sc.Weight)

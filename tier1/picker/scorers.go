@@ -86,10 +86,7 @@ var scorerSpecs = map[string]scorerSpec{
 			}
 		},
 	},
-	ScorerCacheAwareTTFT:  cacheAwareSpec,
-	ScorerSessionAffinity: sessionSpec,
-	ScorerSessionBalance:  sessionBalanceSpec,
-	ScorerSizeAware:       sizeAwareSpec,
+	ScorerSessionBalance: sessionBalanceSpec,
 }
 
 func knownScorers() string {
@@ -135,6 +132,8 @@ type queueScorer struct{}
 
 func (queueScorer) Name() string { return ScorerQueue }
 
+func (queueScorer) Consumes() MetricSet { return queueDepthMetrics }
+
 func (queueScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) {
 	minMax(out, pods, func(p *Pod) float64 { return float64(QueueDepth(p)) })
 }
@@ -143,6 +142,8 @@ func (queueScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) 
 type runningScorer struct{}
 
 func (runningScorer) Name() string { return ScorerRunning }
+
+func (runningScorer) Consumes() MetricSet { return MetricRunning }
 
 func (runningScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) {
 	minMax(out, pods, func(p *Pod) float64 { return float64(p.Metrics.Running) })
@@ -154,6 +155,8 @@ func (runningScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64
 type kvScorer struct{}
 
 func (kvScorer) Name() string { return ScorerKVCache }
+
+func (kvScorer) Consumes() MetricSet { return MetricKVUsage }
 
 func (kvScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) {
 	var sum float64
@@ -184,6 +187,8 @@ func (kvScorer) Score(_ *cycleState, _ *Request, pods []*Pod, out []float64) {
 type loraScorer struct{}
 
 func (loraScorer) Name() string { return ScorerLoRAAffinity }
+
+func (loraScorer) Consumes() MetricSet { return MetricLoRA | loadMetrics }
 
 func (loraScorer) Score(_ *cycleState, req *Request, pods []*Pod, out []float64) {
 	if req.Adapter == "" {
@@ -249,6 +254,9 @@ type prefixScorer struct {
 }
 
 func (*prefixScorer) Name() string { return ScorerPrefix }
+
+// Consumes: the guard compares Load; the match itself is the router's index.
+func (*prefixScorer) Consumes() MetricSet { return loadMetrics }
 
 func (s *prefixScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []float64) {
 	n := len(req.BlockHashes)
@@ -343,6 +351,10 @@ type latencyScorer struct {
 
 func (*latencyScorer) Name() string { return ScorerPredictedLatency }
 
+// Consumes: waiting requests the router did not send, and KV usage for
+// kv_full; queued tokens and speeds are the router's own.
+func (*latencyScorer) Consumes() MetricSet { return MetricWaiting | MetricKVUsage }
+
 func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []float64) {
 	var matched []int
 	if n := len(req.BlockHashes); n > 0 && s.tracker != nil {
@@ -394,12 +406,4 @@ func uncachedTokens(req *Request, matched []int, i int) float64 {
 		return prompt
 	}
 	return prompt - prompt*req.cachedFraction(matched[i])
-}
-
-// queuedPrefillTokens is the prefill ahead of a new request on p: the
-// router's in-flight uncached prompt tokens, plus perQueued for each
-// scraped waiting request the router did not send.
-func queuedPrefillTokens(p *Pod, perQueued float64) float64 {
-	unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
-	return float64(max(p.InFlightUncachedTokens, 0)) + float64(unseen)*perQueued
 }

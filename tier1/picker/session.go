@@ -10,72 +10,13 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// session-affinity parameter names.
-const (
-	ParamSessionLoadAbs   = "load_abs"   // the sticky pod loses its bonus when its Load exceeds the minimum by more than this
-	ParamSessionLoadRatio = "load_ratio" // and by more than this factor
-)
-
-var sessionSpec = scorerSpec{
-	params: map[string]float64{
-		ParamSessionLoadAbs:   8,
-		ParamSessionLoadRatio: 2,
-	},
-	build: func(bc buildContext) scorer {
-		return &sessionScorer{
-			tracker:   bc.tracker,
-			loadAbs:   bc.params[ParamSessionLoadAbs],
-			loadRatio: bc.params[ParamSessionLoadRatio],
-		}
-	},
-}
-
-// sessionScorer is soft session stickiness (llm-d's session affinity,
-// AIBrix's x-session-id): the pod that served the session's last turn
-// (Request.Session, remembered by the Tracker at dispatch) scores 1, every
-// other pod 0, so a conversation's turns find their KV cache. It is only a
-// score, never a filter: the key comes from the client and must not let
-// it bypass load balancing. When the sticky pod's Load exceeds the
-// candidates' minimum by more than load_abs and by more than load_ratio×,
-// it scores 0 like the rest and the other scorers decide.
-type sessionScorer struct {
-	tracker   *Tracker
-	loadAbs   float64
-	loadRatio float64
-}
-
-func (*sessionScorer) Name() string { return ScorerSessionAffinity }
-
-func (s *sessionScorer) Score(_ *cycleState, req *Request, pods []*Pod, out []float64) {
-	if req.Session == "" || s.tracker == nil {
-		return
-	}
-	pod, ok := s.tracker.sessions.lookup(req.Session)
-	if !ok {
-		return
-	}
-	minLoad := math.Inf(1)
-	for _, p := range pods {
-		minLoad = min(minLoad, float64(Load(p)))
-	}
-	for i, p := range pods {
-		if p.Name != pod {
-			continue
-		}
-		if l := float64(Load(p)); l-minLoad > s.loadAbs && l > s.loadRatio*minLoad {
-			return // much more loaded: no bonus
-		}
-		out[i] = 1
-	}
-}
-
 var sessionBalanceSpec = scorerSpec{
 	build: func(bc buildContext) scorer { return &sessionBalanceScorer{tracker: bc.tracker} },
 }
 
 // sessionBalanceScorer places new conversations. A session's later turns
 // follow its first to the same pod (their cached history, through the
-// prefix index and session-affinity), so where a session starts sets that
+// prefix index), so where a session starts sets that
 // pod's load for minutes, which the instantaneous load scorers cannot see;
 // and the prefix and latency scorers pull every new session towards the
 // pod already holding its system prompt, whose sessions' turns then
@@ -95,6 +36,8 @@ type sessionBalanceScorer struct {
 
 func (*sessionBalanceScorer) Name() string { return ScorerSessionBalance }
 
+func (*sessionBalanceScorer) Consumes() MetricSet { return 0 } // the Tracker's sessions
+
 func (*sessionBalanceScorer) afterOthers() {}
 
 func (s *sessionBalanceScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []float64) {
@@ -102,7 +45,7 @@ func (s *sessionBalanceScorer) Score(cs *cycleState, req *Request, pods []*Pod, 
 		return
 	}
 	if s.tracker.sessionKnown(cs, req.Session, pods) {
-		return // a known session: session-affinity and the prefix index place it
+		return // a known session: the prefix index places it
 	}
 	s.tracker.sessions.liveOn(pods, out)
 	var classes speedClasses

@@ -19,8 +19,8 @@ type TrackerOptions struct {
 	// MinSampleTokens: first tokens after fewer prefill tokens than this
 	// (own uncached plus queued ahead) teach nothing; default 32.
 	MinSampleTokens int
-	// Sessions bound the session → pod memory of the session-affinity
-	// scorer.
+	// Sessions bound the session → pod memory of the session-balance
+	// scorer (which sessions it has seen, and where they are live).
 	Sessions SessionOptions
 	// RecordAsync moves prefix-index writes off Dispatched: it queues the
 	// request's block hashes and one background goroutine records them,

@@ -66,7 +66,7 @@ type Request struct {
 	Pool         string        // if set, only pods of this pool qualify
 	// Session is the client's conversation key (x-session-id header, else
 	// prompt_cache_key, else user), "" for none. Untrusted: it only feeds
-	// the session-affinity and session-balance scores.
+	// the session-balance score.
 	Session string
 }
 
@@ -133,12 +133,14 @@ func (c *cycleState) reset() { *c = cycleState{} }
 // filter drops pods that cannot serve the request.
 type filter interface {
 	Name() string
+	consumer
 	Filter(cs *cycleState, req *Request, pods []*Pod) []*Pod
 }
 
 // scorer rates each pod in [0,1]; out has len(pods) and is written in place.
 type scorer interface {
 	Name() string
+	consumer
 	Score(cs *cycleState, req *Request, pods []*Pod, out []float64)
 }
 

@@ -44,20 +44,26 @@ func parseExpfmt(engine string, r io.Reader) (Sample, error) {
 			return Sample{}, ErrUnknownEngine
 		}
 	}
-	m, ok := mappings[engine]
-	if !ok {
+	m := dialectOf(engine)
+	if m == nil {
 		return Sample{}, fmt.Errorf("unknown engine %q", engine)
 	}
 	s := Sample{Engine: engine}
-	if v, ok := sum(fams[m.waiting]); ok {
-		s.Metrics.Waiting = count(v)
-		s.Have |= InputWaiting
+	for _, name := range m.families[picker.MetricWaiting] {
+		if v, ok := sum(fams[name]); ok {
+			s.Metrics.Waiting = count(v)
+			s.Have |= InputWaiting
+			break
+		}
 	}
-	if v, ok := sum(fams[m.running]); ok {
-		s.Metrics.Running = count(v)
-		s.Have |= InputRunning
+	for _, name := range m.families[picker.MetricRunning] {
+		if v, ok := sum(fams[name]); ok {
+			s.Metrics.Running = count(v)
+			s.Have |= InputRunning
+			break
+		}
 	}
-	for _, name := range m.kv {
+	for _, name := range m.families[picker.MetricKVUsage] {
 		if v, ok := mean(fams[name]); ok {
 			s.Metrics.KVUsage = clamp01(v)
 			s.Metrics.HasKV = true
@@ -65,9 +71,10 @@ func parseExpfmt(engine string, r io.Reader) (Sample, error) {
 			break
 		}
 	}
-	if m.lora != "" {
-		if parseLoRA(fams[m.lora], &s.Metrics) {
+	for _, name := range m.families[picker.MetricLoRA] {
+		if parseLoRA(fams[name], &s.Metrics) {
 			s.Have |= InputLoRA
+			break
 		}
 	}
 	if m.cacheConfig != "" {
@@ -78,20 +85,14 @@ func parseExpfmt(engine string, r io.Reader) (Sample, error) {
 
 // detect names the engine whose metrics appear in fams, or "".
 func detect(fams map[string]*dto.MetricFamily) string {
-	switch {
-	case fams["vllm:kv_cache_usage_perc"] != nil:
-		return EngineVLLM
-	case fams["vllm:gpu_cache_usage_perc"] != nil:
-		return EngineVLLMLegacy
+	for _, d := range dialects {
+		if d.marker != "" && fams[d.marker] != nil {
+			return d.engine
+		}
 	}
 	for name := range fams {
-		switch {
-		case strings.HasPrefix(name, "vllm:"):
-			return EngineVLLM
-		case strings.HasPrefix(name, "sglang:"):
-			return EngineSGLang
-		case strings.HasPrefix(name, "tgi_"):
-			return EngineTGI
+		if e := engineByPrefix(name); e != "" {
+			return e
 		}
 	}
 	return ""
@@ -289,7 +290,7 @@ func labelText(m *dto.Metric) string {
 	return strings.Join(pairs, "\x00")
 }
 
-func parseCacheConfig(f *dto.MetricFamily, m engineMetrics, out *picker.Metrics) {
+func parseCacheConfig(f *dto.MetricFamily, m *dialect, out *picker.Metrics) {
 	if f == nil || len(f.GetMetric()) == 0 {
 		return
 	}

@@ -115,11 +115,12 @@ var parserPool = sync.Pool{New: func() any {
 // cache-config info series).
 var infoFamily = func() []bool {
 	out := make([]bool, len(wantedList))
-	for _, m := range mappings {
-		for _, n := range []string{m.lora, m.cacheConfig} {
-			if n != "" {
-				out[famIndex[n]] = true
-			}
+	for _, d := range dialects {
+		for _, n := range d.families[picker.MetricLoRA] {
+			out[famIndex[n]] = true
+		}
+		if d.cacheConfig != "" {
+			out[famIndex[d.cacheConfig]] = true
 		}
 	}
 	return out
@@ -547,20 +548,26 @@ func (p *fastParser) sample(engine string) (Sample, error) {
 			return Sample{}, ErrUnknownEngine
 		}
 	}
-	m, ok := mappings[engine]
-	if !ok {
+	d := dialectOf(engine)
+	if d == nil {
 		return Sample{}, fmt.Errorf("unknown engine %q", engine)
 	}
 	s := Sample{Engine: engine}
-	if v, ok := p.sum(m.waiting); ok {
-		s.Metrics.Waiting = count(v)
-		s.Have |= InputWaiting
+	for _, name := range d.families[picker.MetricWaiting] {
+		if v, ok := p.sum(name); ok {
+			s.Metrics.Waiting = count(v)
+			s.Have |= InputWaiting
+			break
+		}
 	}
-	if v, ok := p.sum(m.running); ok {
-		s.Metrics.Running = count(v)
-		s.Have |= InputRunning
+	for _, name := range d.families[picker.MetricRunning] {
+		if v, ok := p.sum(name); ok {
+			s.Metrics.Running = count(v)
+			s.Have |= InputRunning
+			break
+		}
 	}
-	for _, name := range m.kv {
+	for _, name := range d.families[picker.MetricKVUsage] {
 		if v, ok := p.sum(name); ok {
 			s.Metrics.KVUsage = clamp01(v / float64(p.fams[famIndex[name]].n))
 			s.Metrics.HasKV = true
@@ -568,11 +575,14 @@ func (p *fastParser) sample(engine string) (Sample, error) {
 			break
 		}
 	}
-	if m.lora != "" && p.lora(&p.fams[famIndex[m.lora]], &s.Metrics) {
-		s.Have |= InputLoRA
+	for _, name := range d.families[picker.MetricLoRA] {
+		if p.lora(&p.fams[famIndex[name]], &s.Metrics) {
+			s.Have |= InputLoRA
+			break
+		}
 	}
-	if m.cacheConfig != "" {
-		p.cacheConfig(&p.fams[famIndex[m.cacheConfig]], m, &s.Metrics)
+	if d.cacheConfig != "" {
+		p.cacheConfig(&p.fams[famIndex[d.cacheConfig]], d, &s.Metrics)
 	}
 	return s, nil
 }
@@ -580,27 +590,31 @@ func (p *fastParser) sample(engine string) (Sample, error) {
 // detect names the engine whose metrics appear, or "". A page mixing
 // engines' metrics resolves to the first one in it.
 func (p *fastParser) detect() string {
-	switch {
-	case p.fams[famIndex["vllm:kv_cache_usage_perc"]].present:
-		return EngineVLLM
-	case p.fams[famIndex["vllm:gpu_cache_usage_perc"]].present:
-		return EngineVLLMLegacy
+	for _, d := range dialects {
+		if d.marker != "" && p.fams[famIndex[d.marker]].present {
+			return d.engine
+		}
 	}
 	first, engine := 0, ""
 	for i, f := range p.fams {
 		if !f.present || (first != 0 && f.order >= first) {
 			continue
 		}
-		switch name := wantedList[i]; {
-		case strings.HasPrefix(name, "vllm:"):
-			first, engine = f.order, EngineVLLM
-		case strings.HasPrefix(name, "sglang:"):
-			first, engine = f.order, EngineSGLang
-		case strings.HasPrefix(name, "tgi_"):
-			first, engine = f.order, EngineTGI
+		if e := engineByPrefix(wantedList[i]); e != "" {
+			first, engine = f.order, e
 		}
 	}
 	return engine
+}
+
+// engineByPrefix names the first dialect whose prefix starts name, or "".
+func engineByPrefix(name string) string {
+	for _, d := range dialects {
+		if strings.HasPrefix(name, d.prefix) {
+			return d.engine
+		}
+	}
+	return ""
 }
 
 // sum is the reference sum over family name: finite values added, an
@@ -740,7 +754,7 @@ func (p *fastParser) labelText(s seriesRef) string {
 	return strings.Join(pairs, "\x00")
 }
 
-func (p *fastParser) cacheConfig(f *famAcc, m engineMetrics, out *picker.Metrics) {
+func (p *fastParser) cacheConfig(f *famAcc, m *dialect, out *picker.Metrics) {
 	if len(f.series) == 0 {
 		return
 	}

@@ -20,128 +20,127 @@ const (
 	EngineTGI        = "tgi"
 )
 
-// Engines lists the engines Parse understands.
-var Engines = []string{EngineVLLM, EngineVLLMLegacy, EngineSGLang, EngineTGI}
+// Engines lists the engines Parse understands, in detection order.
+var Engines = func() []string {
+	out := make([]string, len(dialects))
+	for i, d := range dialects {
+		out[i] = d.engine
+	}
+	return out
+}()
 
-// Input is one kind of scheduling input a scorer may need from a pod.
-type Input uint8
+// Input is a set of the scheduler's pod metrics (picker.MetricSet): what a
+// target's scorers need, or what a page provided.
+type Input = picker.MetricSet
 
-// Inputs a pod's metrics can provide.
+// The scheduler's metrics, as the scraper calls them.
 const (
-	InputWaiting Input = 1 << iota // requests queued on the server
-	InputRunning                   // requests in the running batch
-	InputKV                        // KV-cache utilization
-	InputLoRA                      // LoRA adapter slots
+	InputWaiting = picker.MetricWaiting
+	InputRunning = picker.MetricRunning
+	InputKV      = picker.MetricKVUsage
+	InputLoRA    = picker.MetricLoRA
+	AllInputs    = picker.AllMetrics
 )
 
-// AllInputs is every Input.
-const AllInputs = InputWaiting | InputRunning | InputKV | InputLoRA
-
-var inputNames = []struct {
-	in   Input
-	name string
-}{
-	{InputWaiting, "waiting"},
-	{InputRunning, "running"},
-	{InputKV, "kv_cache_usage"},
-	{InputLoRA, "lora"},
+// dialect is how one engine names the metrics the scheduler reads.
+type dialect struct {
+	engine string
+	// families maps each scheduler metric to the engine's metric families
+	// for it, the first present on a page winning; a metric absent from
+	// the map is one the engine does not export.
+	families map[picker.MetricSet][]string
+	// prefix starts the engine's metric names: a page is detected as the
+	// engine of its first wanted family, the first dialect with that
+	// prefix.
+	prefix string
+	// marker, when on the page, settles detection before prefixes do
+	// (vLLM's current and legacy KV-usage names tell the two apart).
+	marker string
+	// cacheConfig is an info family whose labels give the KV block size
+	// and the number of blocks (Metrics.BlockSize, NumBlocks).
+	cacheConfig, blockSizeLabel, numBlocksLabel string
 }
 
-// String lists the inputs in the set, e.g. "waiting|kv_cache_usage".
-func (in Input) String() string {
-	var parts []string
-	for _, n := range inputNames {
-		if in&n.in != 0 {
-			parts = append(parts, n.name)
+// dialects is the one table of engine metric names: Parse, detection,
+// the wanted families and Missing's names all read it.
+var dialects = []dialect{
+	{
+		engine: EngineVLLM, prefix: "vllm:", marker: "vllm:kv_cache_usage_perc",
+		families: map[picker.MetricSet][]string{
+			picker.MetricWaiting: {"vllm:num_requests_waiting"},
+			picker.MetricRunning: {"vllm:num_requests_running"},
+			// Older vLLM exports only the legacy name; read it rather
+			// than silently dropping KV usage as GIE does.
+			picker.MetricKVUsage: {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+			picker.MetricLoRA:    {"vllm:lora_requests_info"},
+		},
+		cacheConfig: "vllm:cache_config_info", blockSizeLabel: "block_size", numBlocksLabel: "num_gpu_blocks",
+	},
+	{
+		engine: EngineVLLMLegacy, prefix: "vllm:", marker: "vllm:gpu_cache_usage_perc",
+		families: map[picker.MetricSet][]string{
+			picker.MetricWaiting: {"vllm:num_requests_waiting"},
+			picker.MetricRunning: {"vllm:num_requests_running"},
+			picker.MetricKVUsage: {"vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"},
+			picker.MetricLoRA:    {"vllm:lora_requests_info"},
+		},
+		cacheConfig: "vllm:cache_config_info", blockSizeLabel: "block_size", numBlocksLabel: "num_gpu_blocks",
+	},
+	{
+		engine: EngineSGLang, prefix: "sglang:",
+		families: map[picker.MetricSet][]string{
+			picker.MetricWaiting: {"sglang:num_queue_reqs"},
+			picker.MetricRunning: {"sglang:num_running_reqs"},
+			picker.MetricKVUsage: {"sglang:token_usage"},
+		},
+		cacheConfig: "sglang:cache_config_info", blockSizeLabel: "page_size", numBlocksLabel: "num_pages",
+	},
+	{
+		// TGI exports no KV-cache usage and no LoRA slot state.
+		engine: EngineTGI, prefix: "tgi_",
+		families: map[picker.MetricSet][]string{
+			picker.MetricWaiting: {"tgi_queue_size"},
+			picker.MetricRunning: {"tgi_batch_current_size"},
+		},
+	},
+}
+
+// dialectOf returns engine's dialect, or nil.
+func dialectOf(engine string) *dialect {
+	for i := range dialects {
+		if dialects[i].engine == engine {
+			return &dialects[i]
 		}
 	}
-	return strings.Join(parts, "|")
+	return nil
 }
 
-// engineMetrics names the metrics one engine exports for each input. An
-// empty name means the engine has no such metric.
-type engineMetrics struct {
-	waiting, running string
-	kv               []string // first present wins
-	lora             string
-	cacheConfig      string
-	blockSizeLabel   string
-	numBlocksLabel   string
-}
-
-var mappings = map[string]engineMetrics{
-	EngineVLLM: {
-		waiting: "vllm:num_requests_waiting",
-		running: "vllm:num_requests_running",
-		// Older vLLM exports only the legacy name; read it rather than
-		// silently dropping KV usage as GIE does.
-		kv:             []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
-		lora:           "vllm:lora_requests_info",
-		cacheConfig:    "vllm:cache_config_info",
-		blockSizeLabel: "block_size",
-		numBlocksLabel: "num_gpu_blocks",
-	},
-	EngineVLLMLegacy: {
-		waiting:        "vllm:num_requests_waiting",
-		running:        "vllm:num_requests_running",
-		kv:             []string{"vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"},
-		lora:           "vllm:lora_requests_info",
-		cacheConfig:    "vllm:cache_config_info",
-		blockSizeLabel: "block_size",
-		numBlocksLabel: "num_gpu_blocks",
-	},
-	EngineSGLang: {
-		waiting:        "sglang:num_queue_reqs",
-		running:        "sglang:num_running_reqs",
-		kv:             []string{"sglang:token_usage"},
-		cacheConfig:    "sglang:cache_config_info",
-		blockSizeLabel: "page_size",
-		numBlocksLabel: "num_pages",
-	},
-	EngineTGI: {
-		waiting: "tgi_queue_size",
-		running: "tgi_batch_current_size",
-		// TGI exports no KV-cache usage and no LoRA slot state.
-	},
-}
-
-// wanted is the set of metric families any engine mapping reads; Parse drops
+// wanted is the set of metric families any dialect reads; Parse drops
 // every other line before the text parser sees it, because vLLM's exposition
 // is dominated by histograms the router never reads.
 var wanted = func() map[string]bool {
 	w := map[string]bool{}
-	for _, m := range mappings {
-		for _, n := range append([]string{m.waiting, m.running, m.lora, m.cacheConfig}, m.kv...) {
-			if n != "" {
+	for _, d := range dialects {
+		for _, names := range d.families {
+			for _, n := range names {
 				w[n] = true
 			}
+		}
+		if d.cacheConfig != "" {
+			w[d.cacheConfig] = true
 		}
 	}
 	return w
 }()
 
-// MetricName returns the metric an engine would export for in (the first
-// one for an input with several names), or "<input>" when the engine has no
-// such metric at all.
+// MetricName returns the metric an engine would export for in, a single
+// metric (the first name when it has several), or in's own name when the
+// engine has no such metric at all.
 func MetricName(engine string, in Input) string {
-	m := mappings[engine]
-	var n string
-	switch in {
-	case InputWaiting:
-		n = m.waiting
-	case InputRunning:
-		n = m.running
-	case InputKV:
-		if len(m.kv) > 0 {
-			n = m.kv[0]
-		}
-	case InputLoRA:
-		n = m.lora
+	if d := dialectOf(engine); d != nil && len(d.families[in]) > 0 {
+		return d.families[in][0]
 	}
-	if n == "" {
-		return in.String()
-	}
-	return n
+	return in.String()
 }
 
 // Sample is one parsed scrape.
@@ -155,11 +154,9 @@ type Sample struct {
 // sorted in Input order.
 func (s *Sample) Missing(need Input) []string {
 	var out []string
-	for _, n := range inputNames {
-		if need&n.in != 0 && s.Have&n.in == 0 {
-			out = append(out, MetricName(s.Engine, n.in))
-		}
-	}
+	(need &^ s.Have).Each(func(in Input) {
+		out = append(out, MetricName(s.Engine, in))
+	})
 	return out
 }
 
