@@ -2,20 +2,27 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/infergate
+# The simulator, benchmarks and local stack (cmd/infergate-lab); production
+# images carry BIN alone.
+LAB_BIN := bin/infergate-lab
 PKGS := ./...
 # Tools built from the Go module proxy are cached here between runs.
 TOOLS_BIN ?= $(HOME)/.cache/infergate/bin
 export PATH := $(TOOLS_BIN):$(PATH)
 
-.PHONY: all build test unit check lint run bench tools services fuzz fuzz-smoke proto
+.PHONY: all build lab test unit check lint run bench tools services fuzz fuzz-smoke proto
 # Concurrent packages (limiter, tracker, scraper, stores, discovery): make
 # test runs their tests under the race detector.
 RACE_PKGS := ./tier1/gateway ./tier1/picker ./tier1/scrape ./tier1/extproc ./tier1/kube ./tier1/peers ./tier1/prefix ./tier2/ratelimit ./tier2/tenant ./tier2/discovery ./tier2/gateway ./tier2/route
 
 all: build
 
-build:
+build: lab
 	$(GO) build -o $(BIN) ./cmd/infergate
+
+## lab: the lab binary alone (sim, bench, experiment, report, loadbench, dev).
+lab:
+	$(GO) build -o $(LAB_BIN) ./cmd/infergate-lab
 
 ## test: everything CI checks (lint, unit, integration, deploy checks), the
 ## concurrent packages under the race detector.
@@ -70,12 +77,12 @@ proto:
 
 ## run: the all-in-one local stack on embedded defaults; TRACE=1 prints every
 ## request's spans to the console (docs/tracing.md).
-run: build
-	$(BIN) dev$(if $(TRACE), --trace-console)
+run: lab
+	$(LAB_BIN) dev$(if $(TRACE), --trace-console)
 
 ## bench: regenerate BENCHMARKS.md from scratch.
-bench: build
-	./scripts/bench.sh
+bench: lab
+	BIN=$(LAB_BIN) ./scripts/bench.sh
 
 ## soak: the soak test alone, SOAK long (default 10m) at SOAK_RATE req/s; Tier 2's
 ## and a Tier 1's RSS and goroutines must stay flat (docs/reliability.md).

@@ -251,7 +251,6 @@ func TestParsePolicy(t *testing.T) {
 		{PolicyGIEv15, true, false, false},
 		{PolicyLLMD, true, false, false},
 		{PolicyInfergate, true, true, true},
-		{PolicyOracleGreedy, true, false, false},
 		{good, true, true, true},
 		{bad, false, false, false},
 		{"nonsense", false, false, false},
@@ -410,6 +409,28 @@ func TestLongPromptsHeldForFasterGPUs(t *testing.T) {
 	if without == 0 || 2*withRule > without {
 		t.Errorf("prompts of %d+ tokens on A10Gs: %d with slower_gpu_wait, %d without; want at most half", longTokens, withRule, without)
 	}
+}
+
+// traceOnDefaultFleet is a window of the trace at path (opts, less
+// MaxTotalTokens, which it sets) on the bench's default trace fleet, as
+// `infergate-lab bench --trace` replays it; skipped when the file is absent.
+func traceOnDefaultFleet(t testing.TB, path string, opts trace.Options) (scenario.Fleet, workload.Stream) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("trace: %v", err)
+	}
+	f := scenario.DefaultTraceFleet()
+	f.SetDefaults()
+	maxLen, err := MaxModelLen(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.MaxTotalTokens = maxLen
+	st, err := trace.Load(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, st
 }
 
 // sharedTracesDir finds the shared traces: $INFERGATE_TRACES or

@@ -155,9 +155,8 @@ func engineConfig(f scenario.Fleet, g scenario.PodGroup) (engine.Config, error) 
 	}, nil
 }
 
-// podEngine builds pod group g's engine at nominal speed, for the cost
-// models of the floors and bounds; the error names the GPU when the engine
-// refuses the configuration.
+// podEngine builds pod group g's engine at nominal speed; the error names
+// the GPU when the engine refuses the configuration.
 func podEngine(f scenario.Fleet, g scenario.PodGroup) (*engine.Engine, error) {
 	cfg, err := engineConfig(f, g)
 	if err != nil {
@@ -225,8 +224,7 @@ type sim struct {
 	err         error
 	out         report.Run
 	rep         *replicaSet // several routers (bench/replicas.go), else nil
-	// onDone, if set (tests, diagnostics), sees every finished request.
-	onDone     func(i int, at time.Duration, res engine.Result)
+	// onDispatch, if set (tests), sees every dispatch.
 	onDispatch func(i, pod int, now time.Duration)
 }
 
@@ -466,10 +464,6 @@ func (s *sim) arrive(now time.Duration, i int) {
 		s.dispatchTo(now, i, s.router.Pick(s.rng, req, s.views))
 		return
 	}
-	if s.pol.Oracle {
-		s.dispatchTo(now, i, s.oraclePick(now, i))
-		return
-	}
 	if s.sched == nil {
 		s.refresh(now)
 		s.dispatchTo(now, i, s.pol.pick(s.rng, s.states[i].preq, s.views))
@@ -601,7 +595,8 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 	tracker.Dispatched(name, st.preq)
 	s.out.PodRequests[pi]++
 	arrival := st.w.Arrival
-	er := engineRequest(st.w)
+	w := st.w
+	er := &engine.Request{ID: w.ID, Adapter: w.Adapter, PromptTokens: w.PromptTokens, BlockHashes: w.BlockHashes, MaxTokens: w.OutputTokens}
 	er.OnFirstToken = func(at time.Duration) {
 		tracker.FirstToken(name, st.preq, at-arrival)
 		s.wakeOnFirstToken(at)
@@ -610,9 +605,6 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 		tracker.Done(name, st.preq)
 		s.finish(at)
 		s.record(arrival, at, res)
-		if s.onDone != nil {
-			s.onDone(i, at, res)
-		}
 	}
 	if err := p.eng.Submit(now, er); err != nil {
 		// The pod rejects what it can never serve (too long for its
@@ -620,17 +612,6 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 		tracker.Done(name, st.preq)
 		s.out.Failed++
 		s.finish(now)
-	}
-}
-
-// engineRequest is what a pod's engine is sent for w, without callbacks.
-func engineRequest(w *workload.Request) *engine.Request {
-	return &engine.Request{
-		ID:           w.ID,
-		Adapter:      w.Adapter,
-		PromptTokens: w.PromptTokens,
-		BlockHashes:  w.BlockHashes,
-		MaxTokens:    w.OutputTokens,
 	}
 }
 

@@ -28,9 +28,6 @@ type Policy struct {
 	// pickers (gie-v1.5, llm-d), whose prefix index is their own. Run calls
 	// it once per run.
 	NewRouter func() Router
-	// Oracle marks PolicyOracleGreedy, a reference that reads the
-	// simulated engines themselves (bench/oracle.go).
-	Oracle bool
 }
 
 // Built-in policy names.
@@ -55,10 +52,9 @@ const (
 )
 
 // BuiltinPolicies lists the built-in policy names (the alias gie-default
-// is accepted but not listed). The last, oracle-greedy, is a reference
-// that reads the simulated engines, not a router.
+// is accepted but not listed).
 func BuiltinPolicies() []string {
-	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate, PolicyOracleGreedy}
+	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate}
 }
 
 // ParsePolicy resolves a built-in policy name or the path of a YAML
@@ -83,8 +79,6 @@ func ParsePolicy(name string) (Policy, error) {
 		return Policy{Name: name, Profile: prof(picker.GIEDefaultProfile()), Queue: true}, nil
 	case PolicyInfergate:
 		return Policy{Name: name, Profile: prof(picker.DefaultProfile()), Queue: true}, nil
-	case PolicyOracleGreedy:
-		return Policy{Name: name, Oracle: true}, nil
 	}
 	if _, err := os.Stat(name); err != nil {
 		return Policy{}, fmt.Errorf("unknown policy %q: not one of %s, nor a readable profile file", name, strings.Join(BuiltinPolicies(), ", "))

@@ -1,7 +1,7 @@
 // Package devstack runs the whole infergate topology in one process for
 // local development: simulated GPU pods (sim/fleet) in two regions of two
 // clusters each, a Tier 1 router per cluster and a Tier 2 front door with its
-// admin API, all on loopback with in-memory state. `infergate dev` prints how
+// admin API, all on loopback with in-memory state. `infergate-lab dev` prints how
 // to reach it; tests start it directly.
 package devstack
 

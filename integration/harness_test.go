@@ -19,8 +19,14 @@ import (
 	"time"
 )
 
-// binary is the infergate binary built once by TestMain ("" under -short).
-var binary string
+// binary is the production infergate binary (tier1, tier2, version) and
+// labBinary the infergate-lab binary (sim, dev, bench, loadbench), both
+// built once by TestMain ("" under -short).
+var binary, labBinary string
+
+// labCommands are the subcommands of infergate-lab; startProc runs them from
+// labBinary.
+var labCommands = map[string]bool{"sim": true, "dev": true, "bench": true, "experiment": true, "report": true, "loadbench": true}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -37,15 +43,21 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "infergate")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// The package directory is integration/; the command is one level up.
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", binary, "../cmd/infergate")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "integration: building infergate:", err)
-		return 1
+	for _, b := range []struct {
+		path *string
+		name string
+	}{{&binary, "infergate"}, {&labBinary, "infergate-lab"}} {
+		out := filepath.Join(dir, b.name)
+		// The package directory is integration/; the commands are one level up.
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "../cmd/"+b.name)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "integration: building %s: %v\n", b.name, err)
+			return 1
+		}
+		*b.path = out
 	}
 	return m.Run()
 }
@@ -53,7 +65,7 @@ func runMain(m *testing.M) int {
 // needBinary skips the test under -short.
 func needBinary(t *testing.T) {
 	t.Helper()
-	if testing.Short() || binary == "" {
+	if testing.Short() || binary == "" || labBinary == "" {
 		t.Skip("integration suite: skipped under -short")
 	}
 }
@@ -87,12 +99,17 @@ type proc struct {
 	err    error // valid after done
 }
 
-// startProc runs the infergate binary with args. It is killed (with its
-// process group) at cleanup; on failure its output is logged.
+// startProc runs the infergate binary with args, or infergate-lab for its
+// subcommands (sim, dev, ...). It is killed (with its process group) at
+// cleanup; on failure its output is logged.
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, stdout: &syncBuffer{}, logs: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	bin := binary
+	if len(args) > 0 && labCommands[args[0]] {
+		bin = labBinary
+	}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.logs
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

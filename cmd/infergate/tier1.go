@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/infergate/infergate/cmd/internal/cli"
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/server"
@@ -38,7 +39,7 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errors.New("--config is required")
 	}
-	log, err := newLogger(stderr, *logLevel, true)
+	log, err := cli.NewLogger(stderr, *logLevel, true)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/infergate/infergate/cmd/internal/cli"
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier2/server"
 )
@@ -39,7 +40,7 @@ func runTier2(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errors.New("--config is required")
 	}
-	log, err := newLogger(stderr, *logLevel, true)
+	log, err := cli.NewLogger(stderr, *logLevel, true)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,7 @@
 // batching, chunked prefill, a paged KV cache with prefix caching, LoRA
 // slots and preemption. It has no clock of its own: a driver advances it,
 // either in real time behind HTTP (Realtime) or in virtual time from an event
-// queue (Loop), so the same code serves `infergate sim` and `infergate bench`.
+// queue (Loop), so the same code serves `infergate-lab sim` and `infergate-lab bench`.
 //
 // API CONTRACT (shared by sim/server, bench and tests; keep exported names
 // and signatures stable, add freely):

@@ -1,6 +1,6 @@
 // Package fleet hosts many simulated pods (sim/server) in one process, each
-// on its own loopback port, from a YAML description. `infergate sim --fleet`
-// and tests use it; so can `infergate dev`.
+// on its own loopback port, from a YAML description. `infergate-lab sim --fleet`
+// and tests use it; so can `infergate-lab dev`.
 package fleet
 
 import (

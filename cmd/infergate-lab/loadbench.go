@@ -15,7 +15,7 @@ import (
 	"github.com/infergate/infergate/bench/load"
 )
 
-// runLoadbench is `infergate loadbench`: the load benchmark of one Tier 1
+// runLoadbench is `infergate-lab loadbench`: the load benchmark of one Tier 1
 // process (bench/load, docs/performance.md). The benchmark re-executes
 // this binary as its pods and Tier 1 children; those land here too.
 func runLoadbench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -40,7 +40,7 @@ func runLoadbench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		jsonOut   = fs.String("json-out", "", "also write the JSON report to this file")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: infergate loadbench [flags]")
+		fmt.Fprintln(stderr, "Usage: infergate-lab loadbench [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Load one Tier 1 process with open-loop 32 KB chat requests at fixed rates, in")
 		fmt.Fprintln(stderr, "front of fake pods that answer at once (stand-ins for GPUs), alternating with")
@@ -100,13 +100,4 @@ func runLoadbench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	return nil
-}
-
-// Registered here rather than in main.go's table so that the command
-// stays one file.
-func init() {
-	commands["loadbench"] = command{
-		summary: "load one Tier 1 process at fixed rates: added latency, CPU, RSS",
-		run:     runLoadbench,
-	}
 }

@@ -17,7 +17,7 @@ import (
 // the arrival window cut to 5 s of virtual time and one seed. It takes a
 // fraction of a second yet goes through the whole harness (stream, fleet,
 // scheduler, floor, capacity, report).
-var tinyBench = []string{"--scenario", "mixed-gpu-8b", "--policies", "round-robin,infergate", "--duration", "5s", "--seeds", "1", "--parallel", "1"}
+var tinyBench = []string{"--scenario", "mixed-gpu-8b", "--policies", "round-robin,infergate", "--duration", "5s", "--seeds", "1"}
 
 // runTinyBench runs runBench with args after tinyBench (later flags win) and
 // returns its stdout.
@@ -50,6 +50,9 @@ func TestBenchErrors(t *testing.T) {
 		{name: "seed range overflows", args: []string{"--scenario", "mixed-gpu-8b", "--seeds", "2", "--seed-base", "18446744073709551615"}, wantText: []string{"--seed-base", "overflows"}},
 		{name: "negative seed base", args: []string{"--scenario", "mixed-gpu-8b", "--seed-base", "-1"}, wantText: []string{"seed-base"}},
 		{name: "unknown format", args: []string{"--scenario", "mixed-gpu-8b", "--format", "yaml"}, wantText: []string{`"yaml"`, "json"}},
+		// The knobs that change the conditions are experiment's, not bench's.
+		{name: "experiment flag", args: []string{"--scenario", "mixed-gpu-8b", "--realism", "off"}, wantText: []string{"-realism"}},
+		{name: "oracle policy", args: []string{"--scenario", "mixed-gpu-8b", "--policies", "oracle-greedy"}, wantText: []string{`"oracle-greedy"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,7 +78,7 @@ func TestBenchErrors(t *testing.T) {
 	}
 }
 
-// benchReport is the documented --json shape (docs/benchmarks.md), decoded
+// benchReport is the documented JSON shape (docs/benchmarks.md), decoded
 // with pointers so that a missing key shows up as nil rather than zero.
 type benchReport struct {
 	Scenario *string  `json:"scenario"`
@@ -94,7 +97,7 @@ type benchReport struct {
 }
 
 func TestBenchJSON(t *testing.T) {
-	out := runTinyBench(t, "--json")
+	out := runTinyBench(t, "--format", "json")
 	var rep benchReport
 	dec := json.NewDecoder(bytes.NewReader(out))
 	if err := dec.Decode(&rep); err != nil {
@@ -148,9 +151,9 @@ func TestBenchJSON(t *testing.T) {
 // (the benchmark is deterministic in virtual time), and that every output
 // format says which seeds were used.
 func TestBenchSeedBase(t *testing.T) {
-	def := runTinyBench(t, "--json", "--seeds", "2")
-	held := runTinyBench(t, "--json", "--seed-base", "201", "--seeds", "2")
-	again := runTinyBench(t, "--json", "--seed-base", "201", "--seeds", "2")
+	def := runTinyBench(t, "--format", "json", "--seeds", "2")
+	held := runTinyBench(t, "--format", "json", "--seed-base", "201", "--seeds", "2")
+	again := runTinyBench(t, "--format", "json", "--seed-base", "201", "--seeds", "2")
 	// Compare the figures alone: seed_list differs anyway, and must not be
 	// what tells the runs apart.
 	figures := func(b []byte) string {
@@ -202,10 +205,10 @@ func TestBenchScenarioFleet(t *testing.T) {
 		SLO      float64 `json:"ttft_slo_ms"`
 		Capacity float64 `json:"capacity_rps"`
 	}
-	if err := json.Unmarshal(runTinyBench(t, "--json"), &own); err != nil {
+	if err := json.Unmarshal(runTinyBench(t, "--format", "json"), &own); err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(runTinyBench(t, "--json", "--fleet", fleet), &other); err != nil {
+	if err := json.Unmarshal(runTinyBench(t, "--format", "json", "--fleet", fleet), &other); err != nil {
 		t.Fatal(err)
 	}
 	if other.SLO != 3000 || own.SLO == 3000 {
@@ -219,5 +222,99 @@ func TestBenchScenarioFleet(t *testing.T) {
 	err := runBench(context.Background(), append(slices.Clone(tinyBench), "--fleet", filepath.Join(t.TempDir(), "missing.yaml")), &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing fleet file: error %v", err)
+	}
+}
+
+// experiment without knobs is bench: the same report, byte for byte; a knob
+// changes the conditions the report states.
+func TestExperiment(t *testing.T) {
+	run := func(args ...string) []byte {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if err := runExperiment(context.Background(), append(slices.Clone(tinyBench), args...), &stdout, &stderr); err != nil {
+			t.Fatalf("runExperiment %q: %v\nstderr:\n%s", args, err, stderr.String())
+		}
+		return stdout.Bytes()
+	}
+	if b, e := runTinyBench(t, "--format", "json"), run("--format", "json"); !bytes.Equal(b, e) {
+		t.Errorf("experiment with its defaults differs from bench:\n%s\n---\n%s", e, b)
+	}
+	var off struct{ Conditions string }
+	if err := json.Unmarshal(run("--format", "json", "--realism", "off", "--inputs", "engine"), &off); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(off.Conditions, "engine inputs") || strings.Contains(off.Conditions, "jitter") {
+		t.Errorf("conditions with --realism off --inputs engine: %q", off.Conditions)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--router-replicas", "0"}, "--router-replicas"},
+		{[]string{"--share-delay", "-1ms"}, "--share-delay"},
+		{[]string{"--rate-scale", "0"}, "--rate-scale"},
+		{[]string{"--inputs", "psychic"}, `"psychic"`},
+		{[]string{"--realism", "fog"}, "fog"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := runExperiment(context.Background(), append(slices.Clone(tinyBench), tt.args...), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: err %v, want it to mention %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// report reads saved JSON reports, comma-separated or as separate
+// arguments, and prints the table asked for.
+func TestReport(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+	runTinyBench(t, "--json-out", a, "--name", "run-a")
+	runTinyBench(t, "--json-out", b, "--name", "run-b", "--seed-base", "7")
+	report := func(args ...string) (string, error) {
+		var stdout, stderr bytes.Buffer
+		err := runReport(context.Background(), args, &stdout, &stderr)
+		return stdout.String(), err
+	}
+	comma, err := report("glance", a+","+b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spaced, err := report("glance", a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if comma != spaced {
+		t.Errorf("comma-separated and separate arguments differ:\n%s\n---\n%s", comma, spaced)
+	}
+	for _, want := range []string{"| run-a |", "| run-b |", "round-robin / infergate"} {
+		if !strings.Contains(comma, want) {
+			t.Errorf("glance lacks %q:\n%s", want, comma)
+		}
+	}
+	// Targets are per scenario; a run under another name has none.
+	mixed := filepath.Join(dir, "mixed.json")
+	runTinyBench(t, "--json-out", mixed)
+	targets, err := report("targets", mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(targets, "| mixed-gpu-8b |") || !strings.Contains(targets, "floor-bound ratio") {
+		t.Errorf("targets table:\n%s", targets)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "glance or targets"},
+		{[]string{"glance"}, "at least one"},
+		{[]string{"summary", a}, `"summary"`},
+		{[]string{"glance", filepath.Join(dir, "missing.json")}, "missing.json"},
+	} {
+		if _, err := report(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("report %q: err %v, want it to mention %q", tt.args, err, tt.want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/infergate/infergate/cmd/internal/cli"
 	"github.com/infergate/infergate/sim/fleet"
 	"github.com/infergate/infergate/sim/profile"
 	"github.com/infergate/infergate/sim/server"
@@ -51,7 +52,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	)
 	fs.Var(&loras, "lora-modules", "LoRA adapter as name=path or name (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: infergate sim [flags]\n\nRuns a simulated GPU model server (or, with --fleet, many) speaking the OpenAI API.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: infergate-lab sim [flags]\n\nRuns a simulated GPU model server (or, with --fleet, many) speaking the OpenAI API.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -60,7 +61,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (repeat --lora-modules for each adapter)", fs.Args())
 	}
-	log, err := newLogger(stderr, *logLevel, false)
+	log, err := cli.NewLogger(stderr, *logLevel, false)
 	if err != nil {
 		return err
 	}

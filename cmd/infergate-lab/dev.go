@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/cmd/internal/cli"
 	"github.com/infergate/infergate/devstack"
 	"github.com/infergate/infergate/shared/tracing"
 )
@@ -25,7 +26,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	traceConsole := fs.Bool("trace-console", false, "print every request's OpenTelemetry spans (both tiers) to stdout as JSON (docs/tracing.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: infergate dev [flags]")
+		fmt.Fprintln(stderr, "Usage: infergate-lab dev [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Run the all-in-one local stack in one process: simulated GPU pods in two")
 		fmt.Fprintln(stderr, "regions of two clusters each, a Tier 1 router per cluster, and a Tier 2")
@@ -42,7 +43,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *timeScale <= 0 {
 		return fmt.Errorf("--time-scale must be positive, got %v", *timeScale)
 	}
-	log, err := newLogger(stderr, *logLevel, false)
+	log, err := cli.NewLogger(stderr, *logLevel, false)
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	printDevBanner(stdout, st, time.Since(start))
 	err = st.Wait(ctx)
-	fmt.Fprintln(stdout, "infergate dev: stopping")
+	fmt.Fprintln(stdout, "infergate-lab dev: stopping")
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
@@ -81,7 +82,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // export lines can be pasted into a shell as they are.
 func printDevBanner(w io.Writer, st *devstack.Stack, took time.Duration) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "infergate dev: local stack up in %s (simulated GPUs, time scale %g)\n\n", took.Round(time.Millisecond), st.TimeScale)
+	fmt.Fprintf(&b, "infergate-lab dev: local stack up in %s (simulated GPUs, time scale %g)\n\n", took.Round(time.Millisecond), st.TimeScale)
 	for _, c := range st.Clusters {
 		fmt.Fprintf(&b, "  %s/%s  tier1 %s  cost %.2f/gpu-hour (%s)  models: %s\n",
 			c.Region, c.Name, c.URL, c.Cost, c.Pricing, strings.Join(c.Models(), ", "))
