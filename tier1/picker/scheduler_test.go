@@ -3,6 +3,7 @@ package picker
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -344,6 +345,38 @@ func TestBurstDoesNotHerd(t *testing.T) {
 	for p, n := range got {
 		if n != 3 {
 			t.Fatalf("pod %s got %d of 30 (want 3 each): %v", p, n, got)
+		}
+	}
+}
+
+// Schedule leaves the caller's pods and slice as they were, whatever the
+// profile does with its own copy (filters compact it in place).
+func TestScheduleLeavesPodsAlone(t *testing.T) {
+	r := seeded(3)
+	tr := NewTracker(TrackerOptions{})
+	for _, cfg := range []ProfileConfig{DefaultProfile(), GIEDefaultProfile(), RoundRobinProfile()} {
+		s := mustScheduler(t, cfg, Options{Tracker: tr, Rand: seeded(1)})
+		for range 50 {
+			pods := randomPods(r, 1+r.IntN(8))
+			before := clonePods(pods)
+			order := names(pods)
+			req := &Request{Model: "llama", Adapter: []string{"", "a", "e"}[r.IntN(3)], PromptTokens: 1 + r.IntN(9000),
+				BlockHashes: hashes(0, 4, "x"), Session: fmt.Sprint("s", r.IntN(3))}
+			res, err := s.Schedule(req, pods)
+			if err != nil && !errors.Is(err, ErrSaturated) && !errors.Is(err, ErrBusy) {
+				t.Fatal(err)
+			}
+			if len(res.Ranked) > 0 {
+				tr.Dispatched(res.Ranked[0].Name, req)
+			}
+			if !slices.Equal(names(pods), order) {
+				t.Fatalf("%s: pods reordered: %v, was %v", cfg.Base, names(pods), order)
+			}
+			for i := range pods {
+				if !reflect.DeepEqual(pods[i], before[i]) {
+					t.Fatalf("%s: pod %s changed: %+v, was %+v", cfg.Base, pods[i].Name, *pods[i], *before[i])
+				}
+			}
 		}
 	}
 }

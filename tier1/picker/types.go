@@ -2,50 +2,21 @@
 // Gateway API Inference Extension's scheduling framework: filters narrow
 // the candidate pods, weighted scorers rate each survivor in [0,1], a
 // picker ranks them. The plugins are built in; a ProfileConfig names them
-// and sets their weights. Scheduling is a pure function of (request,
-// snapshot of pod state, router-side Tracker state), so the same code runs
-// in the Tier 1 proxy and in the routing benchmark's virtual time. What
-// the caller does with the answer (dispatch, wait, shed) is
-// tier1/admission's.
+// and sets their weights (docs/tier1-scheduling.md), and each plugin
+// declares the scraped pod metrics it reads (Scheduler.Consumes).
+// Scheduling is a function of (request, snapshot of pod state, router-side
+// Tracker state), so the same code runs in the Tier 1 proxy and in the
+// routing benchmark's virtual time. What the caller does with the answer
+// (dispatch, wait, shed) is tier1/admission's.
 //
-// API CONTRACT (used by tier1/gateway, bench and tests; names and
-// signatures are stable, additions are free):
-//
-//	type Request, Pod, Metrics
-//
-//	type ProfileConfig  // YAML: base, filters, scorers [{name, weight, enabled, <params>}],
-//	                    // picker, stale_after, max_ranked, saturation
-//	DefaultProfile(), GIEDefaultProfile(), RoundRobinProfile() ProfileConfig
-//	(ProfileConfig).WithWeight(name, w) / WithParam(name, param, v) / Clone()
-//	ParseProfile(name string, yaml []byte) (ProfileConfig, error)  // merged onto its base
-//	(*ProfileConfig).UnmarshalYAML / SetDefaults / Validate        // embeddable in config.Decode
-//
-//	type Options struct{ Tracker *Tracker; Rand *rand.Rand }
-//	NewScheduler(cfg ProfileConfig, opts Options) (*Scheduler, error)
-//	(*Scheduler).Schedule(req *Request, pods []*Pod) (Result, error)
-//	(*Scheduler).ScheduleInto(res *Result, req *Request, pods []*Pod) error // reuses res
-//	(*Scheduler).Update(cfg ProfileConfig) error  // hot reload, atomic
-//	type Result struct{ Ranked, Candidates []*Pod; Total []float64;
-//	                    Scorers []string; Weights []float64; Scores [][]float64; Saturated bool }
-//	ErrNoCandidates (→ 503), ErrSaturated (Result still populated; queue or shed)
-//
-//	Saturated(p *Pod) bool; type SaturationDetector (Saturated, Stale, PoolSaturation)
-//	QueueDepth(p *Pod) int; Load(p *Pod) int
-//
-//	NewTracker(opts TrackerOptions) *Tracker // router-side state + prefix index
-//	(*Tracker).Dispatched(pod string, req *Request)        // at dispatch: in-flight++, records BlockHashes
-//	(*Tracker).FirstToken(pod string, req *Request, ttft time.Duration)
-//	(*Tracker).Done(pod string, req *Request)              // at completion or failure
-//	(*Tracker).Apply(pods []*Pod)           // fills InFlight*, PrefillTokensPerSec
-//
-// Per request the caller: builds pod snapshots, calls Tracker.Apply, then
-// Schedule; dispatches to Ranked[0] (Ranked[1:] on retry) and reports
-// Dispatched / FirstToken / Done to the Tracker. Schedule never mutates
-// the caller's pods or the Tracker.
-//
-// Concurrency: Schedule, ScheduleInto, Update and every Tracker method are
-// safe for concurrent use. Hot reload: call Update (in-flight cycles finish
-// on the old profile) or build a new Scheduler and swap it; both are cheap.
+// Per request the caller builds pod snapshots, calls Tracker.Apply, then
+// Scheduler.Schedule (or ScheduleInto, reusing a Result); it dispatches to
+// Result.Ranked[0] (Ranked[1:] on retry) and reports Dispatched, FirstToken
+// and Done to the Tracker. Schedule does not modify the caller's pods
+// (TestScheduleLeavesPodsAlone). Schedule, ScheduleInto, Update and the
+// Tracker's methods are safe for concurrent use (TestConcurrent, under
+// -race); Update swaps the profile atomically, and cycles already running
+// finish on the old one.
 package picker
 
 import "time"
