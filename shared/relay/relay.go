@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/shared/sse"
 )
@@ -110,8 +111,7 @@ type Options struct {
 // Hooks is what the caller adds to a relay.
 type Hooks interface {
 	// Header fills the client's response header (dst) from the
-	// upstream's (src) before the response is committed; it is also called
-	// for trailers.
+	// upstream's (src) before the response is committed.
 	Header(dst, src http.Header)
 	// FirstToken is called once, when the first token is about to reach
 	// the client: the first event that carries one (sse.IsToken) or the
@@ -323,7 +323,7 @@ func (a *Attempt) Relay(w http.ResponseWriter, h Hooks, deadline time.Time) (res
 		res.ClientGone = !res.Ended
 	case err == io.EOF:
 		res.Ended = true
-		a.trailers(h)
+		a.trailers()
 	case res.Ended:
 		// Whatever happens after the stream's end (the client leaving,
 		// the upstream closing late) does not break it.
@@ -413,16 +413,14 @@ func (a *Attempt) cut(res *Result, err error) {
 	a.flush()
 }
 
-// trailers forwards the upstream's trailers, as Header copies headers.
-func (a *Attempt) trailers(h Hooks) {
-	if len(a.resp.Trailer) == 0 {
-		return
-	}
-	t := make(http.Header, len(a.resp.Trailer))
-	h.Header(t, a.resp.Trailer)
+// trailers forwards the upstream's trailers, but internal ones
+// (cluster.IsInternalHeader): an upstream must not speak for the router.
+func (a *Attempt) trailers() {
 	dst := a.w.Header()
-	for k, v := range t {
-		dst[http.TrailerPrefix+k] = v
+	for k, v := range a.resp.Trailer {
+		if len(v) > 0 && !cluster.IsInternalHeader(k) {
+			dst[http.TrailerPrefix+k] = v
+		}
 	}
 }
 

@@ -226,7 +226,7 @@ func TestHeldUntilFirstEvent(t *testing.T) {
 		h    http.HandlerFunc
 		want error
 	}{
-		"silent": {sseHandler("", waitGone), ErrTimeout},
+		"silent":            {sseHandler("", waitGone), ErrTimeout},
 		"empty stream":      {sseHandler("", nil), ErrNoEvent},
 		"broken before one": {sseHandler("data: {\"cho", breakConn), nil},
 	} {
@@ -289,9 +289,10 @@ func TestHold(t *testing.T) {
 func TestTrailers(t *testing.T) {
 	s := newSetup(t, Options{FirstByte: 5 * time.Second}, 0, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Trailer", "X-Checksum")
+		w.Header().Set("Trailer", "X-Checksum, X-Infergate-Pod")
 		io.WriteString(w, `{"ok":true}`)
 		w.Header().Set("X-Checksum", "abc")
+		w.Header().Set("X-Infergate-Pod", "spoofed")
 	})
 	resp, err := http.Get(s.relayURL)
 	if err != nil {
@@ -299,7 +300,7 @@ func TestTrailers(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if resp.Trailer.Get("X-Checksum") != "abc" {
+	if resp.Trailer.Get("X-Checksum") != "abc" || resp.Trailer.Get("X-Infergate-Pod") != "" {
 		t.Fatalf("trailers %v", resp.Trailer)
 	}
 	s.result(t)

@@ -3,19 +3,18 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
+	"github.com/infergate/infergate/shared/relay"
 	"github.com/infergate/infergate/tier2/discovery"
 	"github.com/infergate/infergate/tier2/route"
 	"github.com/infergate/infergate/tier2/tenant"
@@ -23,22 +22,32 @@ import (
 
 // exchange is one client request and its attempts.
 type exchange struct {
-	g         *Gateway
-	w         *statusWriter
-	r         *http.Request
-	t         *tenant.Tenant
-	body      []byte
-	model     string
-	stream    bool
+	g      *Gateway
+	w      *statusWriter
+	r      *http.Request
+	t      *tenant.Tenant
+	body   []byte
+	model  string
+	stream bool
+	api    openai.API
+	// include is the edit that asks Tier 1 for usage on the client's
+	// behalf (injected: the body goes with it).
+	include   openai.Splice
 	injected  bool
 	requestID string
 	log       *slog.Logger // carries request_id
 
-	usage   *usage
+	usage   *openai.Usage
 	relayed int                // stream events relayed to the client, for cancelledTokens
-	broken  bool               // the stream was cut after bytes reached the client
+	broken  bool               // the response was cut after bytes reached the client
+	abort   bool               // ... and must be aborted (a body that is not a stream)
 	served  *discovery.Cluster // the cluster whose answer reached the client
 	span    trace.Span         // the current attempt's, when tracing (trace.go)
+
+	// The current attempt, for the relay's hooks (stream.go).
+	attempt *route.Attempt
+	relay   *relay.Attempt
+	sent    time.Time
 }
 
 // attemptResult says whether the exchange is over or may move on to the
@@ -53,7 +62,7 @@ const (
 // run tries the plan's candidates in order until one answers, within
 // MaxAttempts and FailoverBudget, and answers the client itself when none
 // does. It returns the usage the served answer reported, if any.
-func (x *exchange) run(plan []route.Candidate, start time.Time) *usage {
+func (x *exchange) run(plan []route.Candidate, start time.Time) *openai.Usage {
 	g := x.g
 	attempts := 0
 	all429, all404 := true, true
@@ -79,7 +88,7 @@ func (x *exchange) run(plan []route.Candidate, start time.Time) *usage {
 		}
 		attempts++
 		sp := x.startAttempt(cand, attempts)
-		res, err := x.attempt(cand, a)
+		res, err := x.try(cand, a)
 		x.endAttempt(sp, res, err)
 		a.Done(err)
 		if res == resultDone {
@@ -102,8 +111,8 @@ func (x *exchange) run(plan []route.Candidate, start time.Time) *usage {
 // answerFailure answers a request no cluster took.
 func (x *exchange) answerFailure(attempts int, all429, all404 bool) {
 	// The error is Tier 2's, not a cluster's.
-	x.w.Header().Del("X-Infergate-Cluster")
-	x.w.Header().Del("X-Infergate-Region")
+	x.w.Header().Del(cluster.HeaderCluster)
+	x.w.Header().Del(cluster.HeaderRegion)
 	switch {
 	case x.r.Context().Err() != nil:
 	case attempts == 0:
@@ -120,89 +129,104 @@ func (x *exchange) answerFailure(attempts int, all429, all404 bool) {
 	}
 }
 
-// try is one attempt at one cluster: its context, cancelled by timer when
-// the first byte (streams) or the whole answer does not come in timeout.
-type try struct {
-	cand    route.Candidate
-	a       *route.Attempt
-	ctx     context.Context
-	cancel  context.CancelFunc
-	timer   *time.Timer
-	timeout time.Duration
-	sent    time.Time
-}
-
-func (x *exchange) newTry(cand route.Candidate, a *route.Attempt) *try {
-	tr := &try{cand: cand, a: a, timeout: x.g.opts.ResponseTimeout}
+// try is one attempt at one cluster, relayed by shared/relay: until the
+// first event of a stream, or the whole of any other answer (buffered up
+// to MaxBufferedResponse), nothing reaches the client and a failure moves
+// on to the next cluster (resultRetry); after that the answer is the
+// client's.
+func (x *exchange) try(cand route.Candidate, a *route.Attempt) (attemptResult, error) {
+	o := &x.g.opts
+	first := o.ResponseTimeout // Tier 1 answers a non-streamed request when generation ends
 	if x.stream {
-		tr.timeout = x.g.opts.FirstByteTimeout
+		first = o.FirstByteTimeout
 	}
-	tr.ctx, tr.cancel = context.WithCancel(x.r.Context())
-	tr.timer = time.AfterFunc(tr.timeout, tr.cancel)
-	return tr
+	at := relay.Start(x.r.Context(), relay.Options{
+		FirstByte: first, Write: o.StreamWriteTimeout, Hold: o.MaxBufferedResponse,
+		MaxEvent: o.MaxEventBytes, API: x.api,
+	})
+	defer at.Stop()
+	x.attempt, x.relay = a, at
+	resp, err := x.send(at.Context(), cand)
+	if err != nil {
+		return retryOrDone(at.Err(err))
+	}
+	defer resp.Body.Close()
+	if relay.Retryable(resp.StatusCode) {
+		relay.Discard(resp)
+		return resultRetry, statusError(resp.StatusCode)
+	}
+	if err := at.Open(resp); err != nil {
+		return retryOrDone(err)
+	}
+	x.served = &cand.Cluster
+	h := x.w.Header()
+	h.Set(cluster.HeaderCluster, cand.Cluster.Name)
+	h.Set(cluster.HeaderRegion, cand.Cluster.Region)
+	var deadline time.Time
+	if at.Stream() {
+		deadline = time.Now().Add(o.MaxStreamDuration)
+	} else if b, whole := at.Held(); whole {
+		if u := openai.BodyUsage(b); u != nil {
+			x.usage = u
+		}
+	}
+	res := at.Relay(x.w, x, deadline)
+	x.relayed += res.Events
+	switch {
+	case res.ClientGone:
+		return resultDone, route.ErrClientCanceled
+	case res.Code == relay.CodeTooLong:
+		// The client's doing, not the cluster's: not held against it.
+		x.broken = true
+		return resultDone, nil
+	case res.Code != "":
+		// Bytes already reached the client: no retry; the stream ended with
+		// an error event (or the answer is aborted) and the cluster is
+		// charged with the failure.
+		x.broken, x.abort = true, res.Abort
+		return resultDone, fmt.Errorf("%s: %w", res.Code, res.Err)
+	case res.Status >= 400:
+		// A 4xx that is the request's own fault: Tier 1's answer is the
+		// answer, and it does not count against the cluster.
+		return resultDone, &route.StatusError{Code: res.Status}
+	}
+	return resultDone, nil
 }
 
-func (tr *try) stop() {
-	tr.timer.Stop()
-	tr.cancel()
-}
-
-// cause names why an attempt's I/O failed: the client left
-// (route.ErrClientCanceled), the attempt timed out, or err itself.
-func (x *exchange) cause(tr *try, err error) error {
-	if x.r.Context().Err() != nil {
-		return route.ErrClientCanceled
+// statusError is the error of an answer another cluster gets a chance at
+// (relay.Retryable): a *route.StatusError, which the cluster's breaker
+// counts only for 5xx; a refusal of Tier 2's own token (401/403) is a
+// misconfigured cluster, not the client's fault, and counts against it.
+func statusError(code int) error {
+	if code < 500 && relay.TargetFault(code) {
+		return fmt.Errorf("tier1 rejected tier2's token (HTTP %d)", code)
 	}
-	if tr.ctx.Err() != nil {
-		return fmt.Errorf("no response within %v: %w", tr.timeout, err)
-	}
-	return err
+	return &route.StatusError{Code: code}
 }
 
 // retryOrDone: a client that left ends the exchange; other failures
 // before any byte reached the client move on to the next cluster.
 func retryOrDone(err error) (attemptResult, error) {
-	if errors.Is(err, route.ErrClientCanceled) {
-		return resultDone, err
+	if errors.Is(err, relay.ErrClientGone) {
+		return resultDone, route.ErrClientCanceled
 	}
 	return resultRetry, err
-}
-
-// attempt sends the request to one cluster. With resultRetry nothing was
-// written to the client.
-func (x *exchange) attempt(cand route.Candidate, a *route.Attempt) (attemptResult, error) {
-	tr := x.newTry(cand, a)
-	defer tr.stop()
-	resp, err := x.send(tr)
-	if err != nil {
-		return retryOrDone(x.cause(tr, err))
-	}
-	defer resp.Body.Close()
-	if err := failoverStatus(resp); err != nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return resultRetry, err
-	}
-	x.served = &tr.cand.Cluster
-	h := x.w.Header()
-	h.Set("X-Infergate-Cluster", cand.Cluster.Name)
-	h.Set("X-Infergate-Region", cand.Cluster.Region)
-	switch {
-	case resp.StatusCode >= 400:
-		return x.relayError(resp)
-	case x.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
-		return x.relayStream(tr, resp)
-	}
-	return x.relayBuffered(tr, resp)
 }
 
 // send posts the body to the candidate with only the headers Tier 1 needs:
 // client credentials and any client-supplied internal (X-Infergate-*)
 // headers never go through.
-func (x *exchange) send(tr *try) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(tr.ctx, http.MethodPost, tr.cand.Cluster.Address+x.r.URL.Path, bytes.NewReader(x.body))
+func (x *exchange) send(ctx context.Context, cand route.Candidate) (*http.Response, error) {
+	var body io.Reader = bytes.NewReader(x.body)
+	n := len(x.body)
+	if x.injected {
+		body, n = x.include.Reader(x.body), x.include.Len(x.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cand.Cluster.Address+x.r.URL.Path, body)
 	if err != nil {
 		return nil, err
 	}
+	req.ContentLength = int64(n)
 	req.Header.Set("Content-Type", "application/json")
 	if acc := x.r.Header.Get("Accept"); acc != "" {
 		req.Header.Set("Accept", acc)
@@ -210,68 +234,17 @@ func (x *exchange) send(tr *try) (*http.Response, error) {
 	if x.g.opts.Tier1Token != "" {
 		req.Header.Set("Authorization", "Bearer "+x.g.opts.Tier1Token)
 	}
-	req.Header.Set(openai.HeaderRequestID, x.requestID)
-	req.Header.Set("X-Infergate-Tenant", x.t.ID)
+	req.Header.Set(cluster.HeaderRequestID, x.requestID)
+	req.Header.Set(cluster.HeaderTenant, x.t.ID)
 	x.injectTrace(req.Header)
-	tr.sent = time.Now()
+	x.sent = time.Now()
 	return x.g.opts.Transport.RoundTrip(req)
 }
 
-// failoverStatus returns the error for an answer another cluster should
-// get a chance at, or nil when this answer is the client's.
-func failoverStatus(resp *http.Response) error {
-	switch code := resp.StatusCode; {
-	case code >= 500, code == http.StatusTooManyRequests,
-		// Stale model list: another cluster may serve it (not a fault).
-		code == http.StatusNotFound:
-		return &route.StatusError{Code: code}
-	case code == http.StatusUnauthorized, code == http.StatusForbidden:
-		// Tier 1 refused Tier 2's own token: a misconfigured cluster, not
-		// the client's fault; it counts against the cluster.
-		return fmt.Errorf("tier1 rejected tier2's token (HTTP %d)", code)
+// sentLen is the length of the body Tier 1 got.
+func (x *exchange) sentLen() int {
+	if x.injected {
+		return x.include.Len(x.body)
 	}
-	return nil
-}
-
-// relayError passes on a 4xx that is the request's own fault: Tier 1's
-// answer is the answer.
-func (x *exchange) relayError(resp *http.Response) (attemptResult, error) {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	x.w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-	x.w.WriteHeader(resp.StatusCode)
-	_, _ = x.w.Write(b)
-	return resultDone, &route.StatusError{Code: resp.StatusCode}
-}
-
-// relayBuffered relays a non-streaming answer, buffered first so a failure
-// while reading it can still fail over.
-func (x *exchange) relayBuffered(tr *try, resp *http.Response) (attemptResult, error) {
-	limit := x.g.opts.MaxBufferedResponse
-	buf, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-	if err != nil {
-		return retryOrDone(fmt.Errorf("reading response: %w", x.cause(tr, err)))
-	}
-	tr.timer.Stop()
-	var u struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(buf, &u) == nil && u.Usage != nil {
-		x.usage = u.Usage.normalize()
-	}
-	h := x.w.Header()
-	h.Set("Content-Type", resp.Header.Get("Content-Type"))
-	if int64(len(buf)) < limit {
-		h.Set("Content-Length", strconv.Itoa(len(buf)))
-	}
-	x.w.WriteHeader(resp.StatusCode)
-	if _, err := x.w.Write(buf); err != nil {
-		return resultDone, route.ErrClientCanceled
-	}
-	if int64(len(buf)) >= limit {
-		// Too big to buffer: the rest streams through, committed.
-		if _, err := io.Copy(x.w, resp.Body); err != nil {
-			return resultDone, x.cause(tr, err)
-		}
-	}
-	return resultDone, nil
+	return len(x.body)
 }

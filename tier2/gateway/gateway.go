@@ -1,22 +1,25 @@
 // Package gateway is Tier 2's HTTP front door: the OpenAI API Tier 1
 // speaks, in front of every Tier 1 cluster. A request is authenticated to a
 // tenant, admitted by the rate limiter, planned by tier2/route, and sent to
-// the planned clusters in order until one answers: a connect error, a 5xx, a
-// 429 or a timeout before the first response byte moves on to the next
-// candidate within a bounded budget of attempts and time. Nothing is retried
-// once a byte has reached the client.
+// the planned clusters in order until one answers: a connect error, a
+// timeout or an answer relay.Retryable names (5xx, 429, 404, 401/403)
+// before the first response byte moves on to the next candidate within a
+// bounded budget of attempts and time. Nothing is retried once a byte has
+// reached the client.
 //
-// Streams are relayed event by event (stream.go): each event is bounded
-// (MaxEventBytes), each write to the client too (StreamWriteTimeout, so a
-// client that stops reading is dropped and its reservation released), and
-// the whole stream (MaxStreamDuration). A stream that breaks after its
-// first byte ends with an error event, as Tier 1's do. Usage is read from
-// the stream to settle the tenant's token limits with real counts; when
-// the gateway asked for it on the client's behalf it is kept from the
-// client.
+// Answers are relayed by shared/relay, as Tier 1's are: streams event by
+// event, each event bounded (MaxEventBytes), each write to the client too
+// (StreamWriteTimeout, so a client that stops reading is dropped and its
+// reservation released), and the whole stream (MaxStreamDuration). A
+// stream that breaks after its first byte ends with one error event, never
+// after its own end. Usage is read from the answer to settle the tenant's
+// token limits with real counts; when the gateway asked for it on the
+// client's behalf (the body edited at the bytes the parser found, never
+// re-encoded) it is kept from the client.
 //
 // The code follows a request: gateway.go authenticates, decodes, plans and
-// admits it; exchange.go tries the planned clusters; stream.go relays SSE.
+// admits it; exchange.go tries the planned clusters; stream.go is what
+// Tier 2 adds to the relay (headers, time to first token, usage).
 package gateway
 
 import (
@@ -336,36 +339,6 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(list)
 }
 
-// usage is a response's token counts in any of the APIs' spellings:
-// prompt_tokens/completion_tokens (chat, completions, embeddings) or
-// input_tokens/output_tokens (Responses, Anthropic Messages). normalize
-// folds the second into the first.
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-	InputTokens      int `json:"input_tokens"`
-	OutputTokens     int `json:"output_tokens"`
-}
-
-func (u *usage) normalize() *usage {
-	if u == nil {
-		return nil
-	}
-	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
-		u.PromptTokens, u.CompletionTokens = u.InputTokens, u.OutputTokens
-	}
-	u.InputTokens, u.OutputTokens = 0, 0
-	return u
-}
-
-func (u *usage) total() int {
-	if u.TotalTokens > 0 {
-		return u.TotalTokens
-	}
-	return u.PromptTokens + u.CompletionTokens
-}
-
 // statusWriter remembers the status for metrics and whether anything was
 // written (after which nothing may be retried).
 type statusWriter struct {
@@ -456,22 +429,22 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// For a stream, ask Tier 1 for usage even when the client did not, so
-	// the limiter is reconciled with real counts; that usage chunk is then
-	// kept from the client.
-	// (Only the chat and completions APIs have stream_options; the
-	// Responses and Anthropic streams always carry usage.)
-	injected := false
-	if req.Stream && (endpoint == "chat/completions" || endpoint == "completions") &&
-		(req.StreamOptions == nil || !req.StreamOptions.IncludeUsage) {
-		if nb, err := withIncludeUsage(body); err == nil {
-			body, injected = nb, true
-		}
-	}
-
+	// For a stream, ask Tier 1 for usage even when the client did not (or
+	// said false), so the limiter is reconciled with real counts; that
+	// usage is then kept from the client. The body is edited at the bytes
+	// the parser found, never re-encoded. (Only the chat and completions
+	// APIs have stream_options; the Responses and Anthropic streams always
+	// carry usage.)
 	x := &exchange{
-		g: g, w: w, r: r, t: t, body: body, model: req.Model, stream: req.Stream, injected: injected,
+		g: g, w: w, r: r, t: t, body: body, model: req.Model, stream: req.Stream, api: openai.APIForPath(r.URL.Path),
 		requestID: id, log: log,
+	}
+	if endpoint == "chat/completions" || endpoint == "completions" {
+		sp, changed, err := req.IncludeUsage(body)
+		if err != nil {
+			log.Error("include_usage not set", "err", err)
+		}
+		x.include, x.injected = sp, changed
 	}
 	u := x.run(plan, start)
 	traceUsage(r, u)
@@ -480,12 +453,17 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		// The client left before any usage arrived: charge what was
 		// plausibly consumed, not the whole completion bound (see
 		// docs/tier2-limits.md, "Cancelled requests").
-		est = cancelledTokens(body, x.relayed)
+		est = cancelledTokens(x.sentLen(), x.relayed)
 	}
 	if x.broken {
-		u = brokenUsage(u, body, x.relayed)
+		u = brokenUsage(u, x.sentLen(), x.relayed)
 	}
 	finish(g.account(t, x.served, u, est))
+	if x.abort {
+		// A broken answer that is not a stream: its limits are settled;
+		// now cut the connection so the client cannot take it for whole.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // observe counts an answered request; 499 when nothing was answered
@@ -582,16 +560,16 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, log *slog.Logger
 
 // account records the tokens and cost of a served request and returns the
 // tokens to settle the admission with: the response's usage, else est.
-func (g *Gateway) account(t *tenant.Tenant, served *discovery.Cluster, u *usage, est int) int {
-	if u == nil || u.total() <= 0 {
+func (g *Gateway) account(t *tenant.Tenant, served *discovery.Cluster, u *openai.Usage, est int) int {
+	if u == nil || u.Total() <= 0 {
 		return est
 	}
 	if c := served; c != nil {
 		g.mTokens.WithLabelValues(t.ID, c.Name, "prompt").Add(float64(u.PromptTokens))
 		g.mTokens.WithLabelValues(t.ID, c.Name, "completion").Add(float64(u.CompletionTokens))
 		if c.CostUnit == cluster.CostPerMTok && c.Cost > 0 {
-			g.mCost.WithLabelValues(t.ID, c.Name).Add(float64(u.total()) / 1e6 * c.Cost)
+			g.mCost.WithLabelValues(t.ID, c.Name).Add(float64(u.Total()) / 1e6 * c.Cost)
 		}
 	}
-	return u.total()
+	return u.Total()
 }

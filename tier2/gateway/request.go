@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -46,81 +44,34 @@ func decodeRequest(w http.ResponseWriter, body []byte, endpoint string) (request
 
 // estimateTokens guesses a request's tokens before it runs: about four
 // bytes of JSON per prompt token, plus the completion it may generate
-// over its n choices. The completion bound is the larger of max_tokens and
-// max_completion_tokens (engines differ in which one wins), defMax when
-// neither is set. The arithmetic saturates: a huge value must count as
-// huge, never wrap to a small or negative estimate.
+// over its n choices (openai.Request.OutputTokens: the bound the engine
+// applies for the endpoint's API, defMax when the request names none).
+// The arithmetic saturates: a huge value must count as huge, never wrap to
+// a small or negative estimate.
 func estimateTokens(body []byte, req request, defMax int, endpoint string) int {
 	est := len(body)/4 + 1
 	if endpoint == "embeddings" || endpoint == "messages/count_tokens" {
 		return est
 	}
-	out := 0
-	for _, v := range []*int{req.MaxTokens, req.MaxCompletionTokens, req.MaxOutputTokens} {
-		if v != nil && *v > out {
-			out = *v
-		}
-	}
-	if out == 0 {
-		out = max(defMax, 0)
-	}
-	n := 1
-	if req.N != nil && *req.N > 1 {
-		n = *req.N
-	}
-	return satAdd(est, satMul(out, n))
+	return satAdd(est, req.OutputTokens(openai.APIForPath("/v1/"+endpoint), max(defMax, 0)))
 }
 
 // cancelledTokens is what a request the client abandoned before its usage
-// arrived is charged: the prompt estimate (as in estimateTokens) plus one
-// token per stream event already relayed (engines send about one token
-// per event). Tokens the engine never generated, because the cancel
-// reached it first, are not charged; a buffered answer the client never
-// received is charged its prompt only.
-func cancelledTokens(body []byte, relayed int) int {
-	return satAdd(len(body)/4+1, max(relayed, 0))
+// arrived is charged: the prompt estimate (as in estimateTokens) of the
+// sent body's bodyLen bytes plus one token per stream event already
+// relayed (engines send about one token per event). Tokens the engine
+// never generated, because the cancel reached it first, are not charged; a
+// buffered answer the client never received is charged its prompt only.
+func cancelledTokens(bodyLen, relayed int) int {
+	return satAdd(bodyLen/4+1, max(relayed, 0))
 }
 
-// satAdd and satMul work on non-negative ints and saturate at math.MaxInt.
+// satAdd adds non-negative ints, saturating at math.MaxInt.
 func satAdd(a, b int) int {
 	if a > math.MaxInt-b {
 		return math.MaxInt
 	}
 	return a + b
-}
-
-func satMul(a, b int) int {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	if a > math.MaxInt/b {
-		return math.MaxInt
-	}
-	return a * b
-}
-
-// withIncludeUsage sets stream_options.include_usage, keeping any other
-// stream options the client sent. decodeRequest has already refused a
-// body with two spellings of either key, so the exact-key map decode here
-// sees the same stream_options the engine will.
-func withIncludeUsage(body []byte) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, err
-	}
-	so := map[string]json.RawMessage{}
-	if raw, ok := m["stream_options"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		if err := json.Unmarshal(raw, &so); err != nil {
-			return nil, err
-		}
-	}
-	so["include_usage"] = json.RawMessage("true")
-	raw, err := json.Marshal(so)
-	if err != nil {
-		return nil, err
-	}
-	m["stream_options"] = raw
-	return json.Marshal(m)
 }
 
 // brokenUsage is what a stream cut mid-way (upstream broke off, or the
@@ -129,8 +80,8 @@ func withIncludeUsage(body []byte) ([]byte, error) {
 // max_tokens bound. The prompt count is the engine's when the stream gave
 // one (Anthropic's message_start, or a usage chunk), else the estimate; a
 // usage that already counts more is kept.
-func brokenUsage(u *usage, body []byte, relayed int) *usage {
-	b := usage{PromptTokens: len(body)/4 + 1, CompletionTokens: max(relayed, 0)}
+func brokenUsage(u *openai.Usage, bodyLen, relayed int) *openai.Usage {
+	b := openai.Usage{PromptTokens: bodyLen/4 + 1, CompletionTokens: max(relayed, 0)}
 	if u == nil {
 		return &b
 	}
@@ -138,7 +89,7 @@ func brokenUsage(u *usage, body []byte, relayed int) *usage {
 		b.PromptTokens = u.PromptTokens
 	}
 	b.CompletionTokens = max(b.CompletionTokens, u.CompletionTokens)
-	if u.total() > b.total() {
+	if u.Total() > b.Total() {
 		return u
 	}
 	return &b

@@ -23,8 +23,11 @@ func TestEstimateTokens(t *testing.T) {
 	}{
 		{"default", request{}, "chat/completions", 101 + 256},
 		{"max_tokens × n", request{MaxTokens: intp(1000), N: intp(2)}, "chat/completions", 101 + 2000},
-		{"larger of the two", request{MaxTokens: intp(10), MaxCompletionTokens: intp(50)}, "completions", 101 + 50},
-		{"larger of the two, reversed", request{MaxTokens: intp(70), MaxCompletionTokens: intp(50)}, "completions", 101 + 70},
+		// One rule with Tier 1 (openai.Request.OutputTokens).
+		{"max_completion_tokens supersedes max_tokens", request{MaxTokens: intp(10), MaxCompletionTokens: intp(50)}, "completions", 101 + 50},
+		{"even when smaller", request{MaxTokens: intp(70), MaxCompletionTokens: intp(50)}, "chat/completions", 101 + 50},
+		{"responses: max_output_tokens", request{MaxTokens: intp(70), MaxOutputTokens: intp(9)}, "responses", 101 + 9},
+		{"anthropic: max_tokens", request{MaxTokens: intp(70), MaxCompletionTokens: intp(9)}, "messages", 101 + 70},
 		{"zero means default", request{MaxTokens: intp(0)}, "chat/completions", 101 + 256},
 		{"embeddings", request{MaxTokens: intp(5)}, "embeddings", 101},
 		// Values ParseRequest refuses, to show the arithmetic saturates
@@ -125,13 +128,11 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 		}
 		est := estimateTokens(data, req, 256, "chat/completions")
-		if est <= 0 || (req.MaxTokens != nil && est < *req.MaxTokens) {
+		if est <= 0 || (req.MaxTokens != nil && req.MaxCompletionTokens == nil && est < *req.MaxTokens) {
 			t.Fatalf("estimate %d for %+v", est, req)
 		}
-		if req.Stream {
-			if _, err := withIncludeUsage(data); err != nil {
-				t.Fatalf("withIncludeUsage: %v", err)
-			}
+		if _, _, err := req.IncludeUsage(data); err != nil {
+			t.Fatalf("IncludeUsage: %v", err)
 		}
 	})
 }
@@ -148,7 +149,7 @@ func TestCancelledTokens(t *testing.T) {
 		{nil, 0, 1},
 		{body, -3, 101},
 	} {
-		if got := cancelledTokens(tc.body, tc.relayed); got != tc.want {
+		if got := cancelledTokens(len(tc.body), tc.relayed); got != tc.want {
 			t.Errorf("cancelledTokens(%d bytes, %d) = %d, want %d", len(tc.body), tc.relayed, got, tc.want)
 		}
 	}
@@ -158,17 +159,17 @@ func TestBrokenUsage(t *testing.T) {
 	body := make([]byte, 400) // estimate 101
 	for _, tc := range []struct {
 		name    string
-		u       *usage
+		u       *openai.Usage
 		relayed int
 		want    int
 	}{
 		{"no usage", nil, 5, 106},
-		{"engine's prompt count", &usage{PromptTokens: 40, CompletionTokens: 1}, 5, 45},
-		{"more completion than events", &usage{PromptTokens: 40, CompletionTokens: 9}, 5, 49},
-		{"full usage kept", &usage{PromptTokens: 40, CompletionTokens: 30, TotalTokens: 70}, 5, 70},
+		{"engine's prompt count", &openai.Usage{PromptTokens: 40, CompletionTokens: 1}, 5, 45},
+		{"more completion than events", &openai.Usage{PromptTokens: 40, CompletionTokens: 9}, 5, 49},
+		{"full usage kept", &openai.Usage{PromptTokens: 40, CompletionTokens: 30, TotalTokens: 70}, 5, 70},
 		{"negative relayed", nil, -2, 101},
 	} {
-		if got := brokenUsage(tc.u, body, tc.relayed).total(); got != tc.want {
+		if got := brokenUsage(tc.u, len(body), tc.relayed).Total(); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}

@@ -42,7 +42,7 @@ type tier1 struct {
 	last    *http.Request
 	lastRaw []byte
 
-	mode       atomic.Value // "ok", "500", "429", "hang", "stall", "die-after-first", "die-named", "endless", "huge-event"
+	mode       atomic.Value // "ok", "500", "429", "hang", "stall", "die-after-first", "die-after-done", "die-named", "endless", "huge-event"
 	chunkDelay atomic.Int64 // ns between stream chunks
 	hits       atomic.Int64 // inference requests received
 	active     atomic.Int64 // inference requests being answered (reported as running)
@@ -257,6 +257,13 @@ func (s *tier1) handle(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n")
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+	if s.mode.Load().(string) == "die-after-done" {
+		// The stream is whole; then the connection breaks.
+		fl.Flush()
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+	}
 }
 
 // keys is a fixed key → tenant authenticator for tests.

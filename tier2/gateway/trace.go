@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/route"
 	"github.com/infergate/infergate/tier2/tenant"
@@ -162,13 +163,13 @@ func (x *exchange) endAttempt(sp trace.Span, res attemptResult, err error) {
 }
 
 // traceUsage notes the served answer's token counts on the request's span.
-func traceUsage(r *http.Request, u *usage) {
+func traceUsage(r *http.Request, u *openai.Usage) {
 	if sp := trace.SpanFromContext(r.Context()); u != nil && sp.IsRecording() {
 		setUsage(sp, u)
 	}
 }
 
-func setUsage(sp trace.Span, u *usage) {
+func setUsage(sp trace.Span, u *openai.Usage) {
 	sp.SetAttributes(attribute.Int(tracing.GenAIInputTokens, u.PromptTokens), attribute.Int(tracing.GenAIOutputTokens, u.CompletionTokens))
 }
 
