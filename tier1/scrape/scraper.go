@@ -50,8 +50,9 @@ type PodState struct {
 	Scrapes, Errors     uint64
 	Models              []Model // from /v1/models; nil until first read
 	ModelsAt            time.Time
-	// Idle is true while the pod has no traffic through this router and is
-	// scraped every Options.IdleInterval instead of every Interval.
+	// Idle is true while the pod has no traffic (none through this router,
+	// none running or waiting on it) and is scraped every
+	// Options.IdleInterval instead of every Interval.
 	Idle bool
 	// slack is how much longer than Interval the schedule in force waits
 	// between scrapes (IdleInterval-Interval while Idle, else 0).
@@ -71,7 +72,8 @@ func (p *PodState) Age(now time.Time) time.Duration {
 // pod scraped on time looks as fresh as an active one and staleness still
 // measures missed scrapes. Nothing this router sends can change an idle
 // pod's state unseen: its first request makes it active (Scraper.Active),
-// and the router's own in-flight count covers it until the next scrape.
+// and the router's own in-flight count covers it until the next scrape;
+// other clients' requests show on the next idle scrape and make it active.
 // -1 if there was no successful scrape.
 func (p *PodState) MetricsAge(now time.Time) time.Duration {
 	if p.LastSuccess.IsZero() {
@@ -90,11 +92,12 @@ type Options struct {
 	Interval time.Duration // /metrics period of an active pod; default 50ms
 	// IdleInterval is the /metrics period of an idle pod: one with no
 	// request through this router in flight (InFlight) or dispatched
-	// (Active) within ActiveHold. Default 1s; a value not above Interval
-	// scrapes every pod every Interval.
+	// (Active), and none running or waiting on its last scrape, within
+	// ActiveHold. Default 1s; a value not above Interval (e.g. -1) scrapes
+	// every pod every Interval.
 	IdleInterval time.Duration
 	// ActiveHold is how long a pod stays active after its last dispatch or
-	// the last scrape that found requests in flight on it; default 2s.
+	// the last scrape that found requests on it; default 2s.
 	ActiveHold time.Duration
 	// InFlight, when set, reports the requests in flight on a pod (by
 	// target name); a pod with any stays active. Without it only Active
@@ -361,8 +364,10 @@ func (s *Scraper) All() []*PodState {
 	return out
 }
 
-// busy reports whether tg is active at now: dispatched to within
-// ActiveHold, or with requests in flight (which extends the hold from now).
+// busy reports whether tg is active at now: dispatched to (Active) within
+// ActiveHold, with requests in flight (InFlight), or seen busy (lastBusy:
+// in flight, or running or waiting requests on its last scrape) within
+// ActiveHold.
 func (s *Scraper) busy(tg *target, now time.Time, lastBusy *time.Time) bool {
 	if s.opts.IdleInterval <= s.opts.Interval {
 		return true
@@ -415,8 +420,14 @@ func (s *Scraper) loop(tg *target) {
 		}
 		s.duration.Observe(time.Since(start).Seconds())
 		// Which schedule follows is decided before the state is
-		// published, so the state says how fresh it will stay.
-		active := s.busy(tg, time.Now(), &lastBusy)
+		// published, so the state says how fresh it will stay. Requests
+		// on the pod from other clients (other routers, direct traffic)
+		// keep it active as this router's own do.
+		now := time.Now()
+		if err == nil && sample.Metrics.Running+sample.Metrics.Waiting > 0 {
+			lastBusy = now
+		}
+		active := s.busy(tg, now, &lastBusy)
 		s.publish(tg, start, sample, err, active)
 		if !start.Before(nextModels) {
 			s.scrapeModels(ctx, tg)

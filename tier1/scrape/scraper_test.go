@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,6 +308,12 @@ func TestScraperRemovesHungPod(t *testing.T) {
 	}
 }
 
+// withRequests returns a vLLM page with its running and waiting gauges set.
+func withRequests(page string, running, waiting int) string {
+	page = regexp.MustCompile(`(?m)^(vllm:num_requests_running\{[^}]*\}) .*$`).ReplaceAllString(page, fmt.Sprintf("${1} %d", running))
+	return regexp.MustCompile(`(?m)^(vllm:num_requests_waiting\{[^}]*\}) .*$`).ReplaceAllString(page, fmt.Sprintf("${1} %d", waiting))
+}
+
 // scrapes returns the pod's count of /metrics scrapes so far.
 func scrapes(s *Scraper, pod string) uint64 {
 	st, _ := s.Get(pod)
@@ -317,7 +324,7 @@ func scrapes(s *Scraper, pod string) uint64 {
 // it returns to idle when its hold runs out. With an idle interval of an
 // hour every count here is exact: no scrape can come from the timer.
 func TestScraperIdlePodWakesOnActive(t *testing.T) {
-	pod := newFakePod(t, vllmText)
+	pod := newFakePod(t, withRequests(vllmText, 0, 0))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var published atomic.Int64
@@ -365,7 +372,7 @@ func TestScraperIdlePodWakesOnActive(t *testing.T) {
 // A pod with requests in flight stays on the fast schedule past its hold,
 // and goes back to idle once they are done.
 func TestScraperInFlightKeepsPodActive(t *testing.T) {
-	pod := newFakePod(t, vllmText)
+	pod := newFakePod(t, withRequests(vllmText, 0, 0))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var inFlight atomic.Int64
@@ -395,6 +402,29 @@ func TestScraperInFlightKeepsPodActive(t *testing.T) {
 	}
 }
 
+// Requests on a pod that did not come through this router (running or
+// waiting on its scrape) make it active too, until they are done.
+func TestScraperOtherClientsTrafficKeepsPodActive(t *testing.T) {
+	pod := newFakePod(t, withRequests(vllmText, 0, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := New(ctx, Options{Interval: 5 * time.Millisecond, IdleInterval: 50 * time.Millisecond, ActiveHold: 20 * time.Millisecond,
+		ModelsInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	s.SetTargets([]Target{{Name: "p", Address: pod.addr(), Engine: EngineVLLM}})
+	waitFor(t, "idle", func() bool { st, _ := s.Get("p"); return st.Idle && st.Scrapes > 0 })
+	for _, tc := range []struct {
+		running, waiting int
+		idle             bool
+	}{{1, 0, false}, {0, 0, true}, {0, 2, false}, {0, 0, true}} {
+		pod.set(withRequests(vllmText, tc.running, tc.waiting), 200)
+		waitFor(t, fmt.Sprintf("idle=%v with %d running, %d waiting", tc.idle, tc.running, tc.waiting), func() bool {
+			st, _ := s.Get("p")
+			return st.Idle == tc.idle && st.Metrics.Running == tc.running && st.Metrics.Waiting == tc.waiting
+		})
+	}
+}
+
 // Counted over the same window, an idle pod is scraped about window /
 // IdleInterval times and an active one about window / Interval times. The
 // bounds are wide (a quarter of the expected active count, four times the
@@ -419,7 +449,7 @@ func TestScraperIntervalsUnderLoad(t *testing.T) {
 			return 0
 		}})
 	defer s.Close()
-	page := string(loadFixture(t))
+	page := withRequests(string(loadFixture(t)), 0, 0) // no other client's requests
 	var targets []Target
 	for i := range pods + 1 {
 		name := fmt.Sprintf("active-%d", i)
