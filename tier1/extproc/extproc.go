@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier1/gateway"
 )
@@ -346,6 +347,11 @@ func (x *exchange) destination(p *gateway.Pick) string {
 // request reaches a pod: internal routing headers and client credentials.
 func (x *exchange) requestMutation(p *gateway.Pick) *extprocv3.HeaderMutation {
 	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(HeaderDestination, x.destination(p))}}
+	if x.header.Get(requestIDHeader) != p.RequestID {
+		// The client's was malformed or absent: the pod gets the ID the
+		// gateway logs under, as on the HTTP listener.
+		m.SetHeaders = append(m.SetHeaders, setHeader(requestIDHeader, p.RequestID))
+	}
 	for k := range x.header {
 		lk := strings.ToLower(k)
 		if lk == HeaderDestination {
@@ -392,6 +398,9 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, rh *extproc
 		if x.pick.PodHeader != "" {
 			m.SetHeaders = append(m.SetHeaders, setHeader(strings.ToLower(x.pick.PodHeader), x.pick.ServedPod()))
 		}
+		// The answer carries the request's ID, as on the HTTP listener
+		// (the pod's own, if any, is not ours).
+		m.SetHeaders = append(m.SetHeaders, setHeader(requestIDHeader, x.pick.RequestID))
 	}
 	if rh.GetEndOfStream() {
 		x.finish()
@@ -457,6 +466,9 @@ func (x *exchange) send(resp *extprocv3.ProcessingResponse) error {
 	}
 	return nil
 }
+
+// requestIDHeader is X-Request-Id as Envoy names headers.
+var requestIDHeader = strings.ToLower(cluster.HeaderRequestID)
 
 func setHeader(key, value string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/shared/sse"
 	"github.com/infergate/infergate/sim/engine"
 	"github.com/infergate/infergate/sim/server"
 )
@@ -160,7 +161,7 @@ func (se *simEnv) stream(t *testing.T, model, content string, maxTokens int) (po
 		// role-only event.
 		line, err := br.ReadString('\n')
 		head.WriteString(line)
-		if hasToken([]byte(line)) {
+		if sse.IsToken([]byte(line)) {
 			break
 		}
 		if err != nil {

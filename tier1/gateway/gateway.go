@@ -4,14 +4,15 @@
 // response, streaming it event by event, retrying on the next-best pod
 // when a pod fails before its first byte.
 //
-// Where to read: gateway.go builds a Gateway from Config and serves it;
-// route.go is the routing step every request takes, from the HTTP
-// listener (proxy.go) or from an external data plane (pick.go, used by
-// tier1/extproc): parse and resolve (schedreq.go), build the scheduling
-// input, then admission — schedule, wait in the pool's priority queue
-// (queue.go) or shed — with the decisions of tier1/admission, which the
-// routing benchmark runs too. proxy.go then relays the response; sse.go
-// finds the first token of a stream for both data planes.
+// Where to read: gateway.go builds a Gateway from Config and serves it.
+// Every request is a call (request.go) with one lifecycle — enter, route,
+// dispatch, observe, done — whichever front end it came in on: the HTTP
+// listener (proxy.go, relaying with shared/relay) or an external data
+// plane (pick.go, used by tier1/extproc). route.go is the routing step:
+// parse and resolve (schedreq.go), build the scheduling input, then
+// admission — schedule, wait in the pool's priority queue (queue.go) or
+// shed — with the decisions of tier1/admission, which the routing
+// benchmark runs too.
 package gateway
 
 import (
@@ -98,7 +99,6 @@ type Gateway struct {
 	// discoveryProblem is why discovery is not working, for /ready; nil
 	// or "" when it is.
 	discoveryProblem atomic.Pointer[string]
-	nextID           atomic.Uint64
 }
 
 // state is one applied configuration; requests load it once and use it

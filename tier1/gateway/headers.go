@@ -3,37 +3,15 @@ package gateway
 import (
 	"net/http"
 	"time"
+
+	"github.com/infergate/infergate/shared/cluster"
 )
 
 // IsInternalHeader reports whether a header name is one of the routing
-// headers only infergate (or a GIE-style gateway) may set: x-infergate-*
-// and x-gateway-*, in any case and with '_' in place of any '-'. Some
-// proxies and servers fold underscores into dashes, so
-// X_gateway_destination_endpoint must be treated as the real thing.
-func IsInternalHeader(name string) bool {
-	const a, b = "x-infergate-", "x-gateway-"
-	return hasFoldedPrefix(name, a) || hasFoldedPrefix(name, b)
-}
-
-// hasFoldedPrefix reports whether name starts with prefix (lower case,
-// dashes) ignoring case and reading '_' as '-'.
-func hasFoldedPrefix(name, prefix string) bool {
-	if len(name) < len(prefix) {
-		return false
-	}
-	for i := 0; i < len(prefix); i++ {
-		c := name[i]
-		if c == '_' {
-			c = '-'
-		} else if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != prefix[i] {
-			return false
-		}
-	}
-	return true
-}
+// headers only infergate (or a GIE-style gateway) may set
+// (cluster.IsInternalHeader: x-infergate-* and x-gateway-*, in any case,
+// '_' read as '-').
+func IsInternalHeader(name string) bool { return cluster.IsInternalHeader(name) }
 
 // clientOnlyHeaders are request headers a pod must never get from the
 // client: credentials meant for infergate (the pod gets upstream.token, or
@@ -56,12 +34,12 @@ var clientOnlyPrefixes = []string{"x-forwarded-", "x-envoy-"}
 // or clientOnlyPrefixes.
 func isClientOnly(name string) bool {
 	for _, h := range clientOnlyHeaders {
-		if len(name) == len(h) && hasFoldedPrefix(name, h) {
+		if len(name) == len(h) && cluster.HasFoldedPrefix(name, h) {
 			return true
 		}
 	}
 	for _, p := range clientOnlyPrefixes {
-		if hasFoldedPrefix(name, p) {
+		if cluster.HasFoldedPrefix(name, p) {
 			return true
 		}
 	}
@@ -77,7 +55,7 @@ func isClientOnly(name string) bool {
 func upstreamHeaders(in http.Header, clientIP, upstreamToken string) http.Header {
 	out := make(http.Header, len(in)+1)
 	for k, v := range in {
-		if isInternal(k) || isClientOnly(k) {
+		if IsInternalHeader(k) || isClientOnly(k) {
 			continue
 		}
 		out[k] = v

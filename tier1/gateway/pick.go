@@ -1,11 +1,12 @@
 package gateway
 
-// This file is the gateway's routing decision without the proxy: an
-// external data plane (Envoy through ext_proc, see tier1/extproc) hands in
-// a request's path, headers and body, gets a pod back, forwards the request
+// This file is the request lifecycle's second front end, for an external
+// data plane (Envoy through ext_proc, see tier1/extproc): it hands in a
+// request's path, headers and body, gets a pod back, forwards the request
 // itself and reports the response's progress so the tracker's in-flight
-// accounting stays right. It reuses the proxy's parser, model resolution,
-// queue and scheduler; nothing here changes the HTTP path.
+// accounting stays right. Entry checks, routing, dispatch and the
+// first-token rule are the call's (request.go, route.go), as on the HTTP
+// listener.
 
 import (
 	"context"
@@ -15,8 +16,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/infergate/infergate/tier1/picker"
 )
 
 // PickRequest is one inference request routed by an external data plane.
@@ -64,6 +63,10 @@ type Pick struct {
 	Fallbacks []string // next-ranked pods' host:port, best first
 	Model     string   // model as the client named it
 	Pool      string   // the model's pool
+	// RequestID is the request's ID, as on the HTTP listener: the
+	// client's X-Request-Id when well-formed, else a new one. The data
+	// plane should send it to the pod and back to the client.
+	RequestID string
 	// UpstreamToken, if not empty, is the bearer token pods expect
 	// (upstream.token_*); the client's Authorization must be replaced by
 	// it. When empty, the client's Authorization must be removed.
@@ -72,18 +75,10 @@ type Pick struct {
 	// disabled with pod_header: "-").
 	PodHeader string
 
-	g          *Gateway
-	pool       *poolState
-	req        *picker.Request
-	cb         *cycleBuf
-	start      time.Time
-	addrs      map[string]string // address -> pod name, for Served
-	mu         sync.Mutex
-	pod        string // pod the tracker has the request on
-	dispatched time.Time
-	status     int
-	ft         firstToken
-	done       bool
+	mu     sync.Mutex
+	c      *call
+	addrs  map[string]string // address -> pod name, for Served
+	status int
 }
 
 // inferenceEndpoint maps a request path to its endpoint kind.
@@ -97,13 +92,13 @@ func inferenceEndpoint(path string) (endpoint, bool) {
 	return endpoint{}, false
 }
 
-// Pick parses, resolves and schedules pr exactly as the HTTP listener does
-// before proxying (same parser, adapter resolution, queue and scheduler),
-// and records the dispatch to the chosen pod with the tracker. A refused
+// Pick is the ext_proc front end of the request lifecycle: it enters,
+// routes and dispatches pr exactly as the HTTP listener does (same entry
+// checks, parser, adapter resolution, queue and scheduler) and returns the
+// pick; the data plane then reports the response's progress. A refused
 // request returns a *PickError. ctx bounds queueing (the request timeout
 // applies too): cancel it when the client goes away.
 func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
-	start := time.Now()
 	st := g.state.Load()
 	cfg := st.cfg
 	h := pr.Header
@@ -113,53 +108,41 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 	trusted := false
 	if !pr.AuthDone && !cfg.Auth.Disabled {
 		if !st.tokens.check(&http.Request{Header: h}) {
-			return nil, g.refuse("", "", http.StatusUnauthorized, "invalid_api_key", "missing or invalid bearer token")
+			return nil, g.refuse(&refusal{status: http.StatusUnauthorized, code: "invalid_api_key", reason: "missing or invalid bearer token"})
 		}
 		trusted = true
 	}
 	ep, ok := inferenceEndpoint(pr.Path)
 	if !ok {
-		return nil, g.refuse("", "", http.StatusNotFound, "not_found", "no such endpoint: "+pr.Path)
+		return nil, g.refuse(&refusal{status: http.StatusNotFound, code: "not_found", reason: "no such endpoint: " + pr.Path})
 	}
-	if pr.Method != "" && pr.Method != http.MethodPost {
-		return nil, g.refuse("", "", http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
+	c, rf := g.enter(st, ep, pr.Method, h, trusted)
+	if rf == nil && int64(len(pr.Body)) > cfg.MaxBodyBytes {
+		rf = c.bodyTooLarge()
 	}
-	if int64(len(pr.Body)) > cfg.MaxBodyBytes {
-		return nil, g.refuse("", "", http.StatusRequestEntityTooLarge, "request_too_large",
-			fmt.Sprintf("request body exceeds %d bytes", cfg.MaxBodyBytes))
+	if rf != nil {
+		c.refuse(rf)
+		return nil, pickError(rf)
 	}
-	// The buffer goes back to the pool at Done: the request's block hashes
-	// live in it until then.
-	cb := cycleBufs.Get().(*cycleBuf)
-	ctx, sp := g.tracePick(ctx, h, pr.Path, trusted)
+	c.data = pr.Body
+	ctx, sp := g.tracePick(ctx, h, pr.Path, trusted, c.tenant)
 	defer sp.End()
 	wctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.Request)
 	defer cancel()
-	req, pool, rf := g.route(wctx, st, routeInput{ep: ep, data: pr.Body, id: h.Get("X-Request-Id"),
-		prioHdr: h.Get(HeaderPriority), sloHdr: h.Get(HeaderTTFTSLO), sessionHdr: h.Get(HeaderSessionID), trusted: trusted}, cb)
-	if rf != nil {
-		cycleBufs.Put(cb)
-		e := g.refuse(rf.model, rf.pool, rf.status, rf.code, rf.reason)
-		e.RetryAfter = rf.retryAfter
-		return nil, e
+	if rf := c.route(wctx); rf != nil {
+		c.refuse(rf)
+		return nil, pickError(rf)
 	}
-	model := req.Model
-
-	ranked := cb.res.Ranked[:min(cfg.Retry.MaxAttempts, len(cb.res.Ranked))]
+	ranked := c.ranked()
 	p := &Pick{
 		Pod:           ranked[0].Name,
 		Address:       ranked[0].Address,
-		Model:         model,
-		Pool:          pool.cfg.Name,
+		Model:         c.req.Model,
+		Pool:          c.pool.cfg.Name,
+		RequestID:     c.id,
 		UpstreamToken: st.upstreamToken,
-		g:             g,
-		pool:          pool,
-		req:           req,
-		cb:            cb,
-		start:         start,
+		c:             c,
 		addrs:         make(map[string]string, len(ranked)),
-		pod:           ranked[0].Name,
-		dispatched:    time.Now(),
 	}
 	if cfg.PodHeader != "-" {
 		p.PodHeader = cfg.PodHeader
@@ -170,35 +153,32 @@ func (g *Gateway) Pick(ctx context.Context, pr PickRequest) (*Pick, error) {
 			p.Fallbacks = append(p.Fallbacks, r.Address)
 		}
 	}
-	p.ft = firstToken{g: g, req: req, pool: pool.cfg.Name, queue: pool.queue, start: start, dispatched: p.dispatched}
-	g.tracker.Dispatched(p.pod, req)
-	g.scraper.Active(p.pod)
+	c.dispatch(p.Pod)
 	return p, nil
 }
 
-// refuse counts a refused request and returns its error.
-func (g *Gateway) refuse(model, pool string, status int, code, msg string) *PickError {
-	g.m.requests.WithLabelValues(model, pool, "", strconv.Itoa(status)).Inc()
-	return &PickError{Status: status, Code: code, Message: msg}
+// refuse counts a request refused before it became a call.
+func (g *Gateway) refuse(rf *refusal) *PickError {
+	g.m.requests.WithLabelValues(rf.model, rf.pool, "", strconv.Itoa(rf.status)).Inc()
+	return pickError(rf)
+}
+
+func pickError(rf *refusal) *PickError {
+	return &PickError{Status: rf.status, Code: rf.code, Message: rf.reason, RetryAfter: rf.retryAfter}
 }
 
 // Served tells the gateway which address served the request, when the
 // data plane fell back from Address to a pod of Fallbacks: the tracker
-// moves the request there (Done on the first, Dispatched on the next, as
-// a retry in the proxy does). Unknown or unchanged addresses are ignored.
+// moves the request there, as a retry in the proxy does. Unknown or
+// unchanged addresses are ignored.
 func (p *Pick) Served(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	name, ok := p.addrs[addr]
-	if p.done || !ok || name == p.pod {
+	if p.c.ended || !ok || name == p.c.pod {
 		return
 	}
-	p.g.tracker.Done(p.pod, p.req)
-	p.pod = name
-	p.dispatched = time.Now()
-	p.ft.dispatched = p.dispatched
-	p.g.tracker.Dispatched(p.pod, p.req)
-	p.g.scraper.Active(p.pod)
+	p.c.dispatch(name)
 }
 
 // ServedPod returns the pod the request is on (the pick, or the one
@@ -206,7 +186,7 @@ func (p *Pick) Served(addr string) {
 func (p *Pick) ServedPod() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.pod
+	return p.c.served
 }
 
 // Response reports the response's status and headers. A response with an
@@ -214,26 +194,22 @@ func (p *Pick) ServedPod() string {
 func (p *Pick) Response(status int, header http.Header, endOfStream bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done {
+	if p.c.ended {
 		return
 	}
 	p.status = status
-	p.ft.sse = isEventStream(header)
-	if endOfStream || status >= 300 {
-		p.ft.observe(p.pod, nil, true)
-	}
+	p.c.respond(header, endOfStream || status >= 300)
 }
 
 // Body reports one chunk of the response body as it passes through; the
-// first chunk carrying generated text (the proxy's rule: a chat stream may
-// open with a role-only event) is the first token.
+// first token is found as on the HTTP listener (shared/sse: a chat stream
+// may open with a role-only event).
 func (p *Pick) Body(chunk []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done || len(chunk) == 0 {
-		return
+	if !p.c.ended {
+		p.c.observe(chunk)
 	}
-	p.ft.observe(p.pod, chunk, false)
 }
 
 // Done ends the request: the tracker takes it off its pod's in-flight
@@ -243,21 +219,11 @@ func (p *Pick) Body(chunk []byte) {
 func (p *Pick) Done(complete bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done {
-		return
-	}
-	p.done = true
-	p.g.tracker.Done(p.pod, p.req)
-	p.pool.queue.signal()
 	status := "499"
 	if complete && p.status != 0 {
 		status = strconv.Itoa(p.status)
 	}
-	p.g.m.requests.WithLabelValues(p.Model, p.Pool, p.pod, status).Inc()
-	p.g.m.e2e.WithLabelValues(p.Model, p.Pool).Observe(time.Since(p.start).Seconds())
-	p.req.BlockHashes = nil
-	cycleBufs.Put(p.cb)
-	p.cb = nil
+	p.c.done(status)
 }
 
 // MaxBodyBytes is the configured request body limit (max_body_bytes), so a

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,27 +10,6 @@ import (
 
 	"github.com/infergate/infergate/shared/openai"
 )
-
-func TestHasToken(t *testing.T) {
-	tests := []struct {
-		chunk string
-		want  bool
-	}{
-		{`data: {"choices":[{"delta":{"role":"assistant","content":""}}]}`, false},
-		{`data: {"choices":[{"delta":{"content":"Hi"}}]}`, true},
-		{`data: {"choices":[{"text":"","index":0}]}`, false},
-		{`data: {"choices":[{"text":" the"}]}`, true},
-		{`data: {"choices":[{"delta":{},"finish_reason":"length"}]}`, true},
-		{"data: [DONE]\n\n", true},
-		{`data: {"choices":[{"delta":{"role":"assistant","content":""}}]}` + "\n\n" + `data: {"choices":[{"delta":{"content":"x"}}]}`, true},
-		{``, false},
-	}
-	for _, tt := range tests {
-		if got := hasToken([]byte(tt.chunk)); got != tt.want {
-			t.Errorf("hasToken(%q) = %v, want %v", tt.chunk, got, tt.want)
-		}
-	}
-}
 
 func TestUpstreamHeaders(t *testing.T) {
 	in := http.Header{}
@@ -114,7 +92,7 @@ func TestParseBodyKeepsSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(b.Messages) != `[{"role":"user","content":"hello"}]` || b.maxTokens() != 7 || b.CacheSalt != "s" {
+	if string(b.Messages) != `[{"role":"user","content":"hello"}]` || b.maxTokens(epChat) != 7 || b.CacheSalt != "s" {
 		t.Fatalf("parsed %+v", b)
 	}
 	// The span aliases the body: no copy was made.
@@ -194,12 +172,9 @@ func TestMaxTokensEstimate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := b.maxTokens(); got != tt.want {
+		if got := b.maxTokens(epCompletions); got != tt.want {
 			t.Errorf("%s: maxTokens = %d, want %d", tt.body, got, tt.want)
 		}
-	}
-	if satMul(math.MaxInt/2, 3) != math.MaxInt || satMul(-1, 5) != 0 {
-		t.Error("satMul does not saturate")
 	}
 }
 
@@ -251,7 +226,7 @@ func FuzzParseBody(f *testing.F) {
 		if !bytes.Equal(b.Messages, exact["messages"]) {
 			t.Fatalf("messages %q, exact %q", b.Messages, exact["messages"])
 		}
-		if mt := b.maxTokens(); mt < 0 || mt > openai.MaxTokensLimit*openai.MaxN {
+		if mt := b.maxTokens(epChat); mt < 0 || mt > openai.MaxTokensLimit*openai.MaxN {
 			t.Fatalf("maxTokens %d out of bounds", mt)
 		}
 	})

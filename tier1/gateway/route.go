@@ -6,118 +6,118 @@ import (
 
 	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/scrape"
 )
 
-// routeInput is what the routing step needs from a request, whichever
-// data plane (HTTP listener or ext_proc) it came in on.
-type routeInput struct {
-	ep              endpoint
-	data            []byte
-	id              string // X-Request-Id
-	prioHdr, sloHdr string // internal headers, read before they are stripped
-	sessionHdr      string // x-session-id, a soft affinity hint
-	trusted         bool   // the client authenticated with a configured token
-}
-
-// route is the routing step shared by the HTTP proxy and Pick: parse and
-// resolve (schedRequest), build the scheduling input (admission.Prompt),
-// then admission: schedule, wait or shed (admission.Arrive, Decide,
-// Expired). ctx bounds the wait. On success cb.res.Ranked holds the pods
-// to try, best first; a refused request returns a *refusal and counts
-// nothing (the caller answers and counts it).
-func (g *Gateway) route(ctx context.Context, st *state, in routeInput, cb *cycleBuf) (*picker.Request, *poolState, *refusal) {
-	req, body, rt, rf := g.schedRequest(st, in.ep, in.data, in.id, in.prioHdr, in.sloHdr, in.trusted)
+// route is the routing step of the request lifecycle, the same for both
+// front ends: parse and resolve (schedreq.go), build the scheduling input
+// (admission.Prompt), then admission: schedule, wait or shed
+// (admission.Arrive, Decide, Expired). ctx bounds the wait. On success
+// c.req and c.pool are set and c.cb.res.Ranked holds the pods to try, best
+// first; a refused request returns a *refusal and counts nothing (the
+// front end answers and counts it).
+func (c *call) route(ctx context.Context) *refusal {
+	c.cb = cycleBufs.Get().(*cycleBuf)
+	body, rf := c.parse()
 	if rf != nil {
-		return nil, nil, rf
+		return rf
 	}
-	pool := rt.pool
-	req.Session = sessionKey(in.sessionHdr, body)
-	req.BlockHashes = cb.hashes
-	admission.Prompt(req, body.CacheSalt, body.promptBytes(in.ep))
-	cb.hashes = req.BlockHashes
+	req, pool := c.req, c.pool
+	req.Session = sessionKey(c.sessionHdr, body)
+	req.BlockHashes = c.cb.hashes
+	admission.Prompt(req, body.CacheSalt, body.promptBytes(c.ep))
+	c.cb.hashes = req.BlockHashes
 
-	actx, sp := g.startAdmission(ctx, req, pool)
-	d := g.admit(actx, st, pool, req, cb)
+	actx, sp := c.g.startAdmission(ctx, req, pool)
+	d := c.admit(actx)
 	endAdmission(sp, d)
 	switch d.Action {
 	case admission.Dispatch:
-		g.recordScores(st, &cb.res)
-		return req, pool, nil
+		c.recordScores()
+		return nil
 	case admission.Shed:
-		g.m.shed.WithLabelValues(req.Model, pool.cfg.Name).Inc()
+		c.g.m.shed.WithLabelValues(req.Model, pool.cfg.Name).Inc()
 	}
-	return nil, nil, &refusal{model: req.Model, pool: pool.cfg.Name, status: d.Status, code: d.Code,
+	return &refusal{model: req.Model, pool: pool.cfg.Name, status: d.Status, code: d.Code,
 		reason: d.Message, retryAfter: d.RetryAfter}
 }
 
-// admit takes the admission decision for req: on arrival, after
-// scheduling, and after waiting if it must wait. It returns Dispatch
-// (cb.res holds the ranking), Shed or Fail.
-func (g *Gateway) admit(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
-	d := g.arrival(ctx, st, pool, req, cb)
+// ranked is the pods to try, best first, at most retry.max_attempts.
+func (c *call) ranked() []*picker.Pod {
+	r := c.cb.res.Ranked
+	return r[:min(c.st.cfg.Retry.MaxAttempts, len(r))]
+}
+
+// admit takes the admission decision: on arrival, after scheduling, and
+// after waiting if it must wait. It returns Dispatch (c.cb.res holds the
+// ranking), Shed or Fail.
+func (c *call) admit(ctx context.Context) admission.Decision {
+	d := c.arrival(ctx)
 	if d.Action == admission.Wait {
-		d = g.waitForCapacity(ctx, st, pool, req, cb)
+		d = c.waitForCapacity(ctx)
 	}
 	return d
 }
 
 // arrival is the decision for a request that just arrived: queue behind
 // waiters of equal or higher priority, or schedule now and decide.
-func (g *Gateway) arrival(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
-	key, keyed := g.sched.HoldKey(req)
-	d := admission.Arrive(req, pool.queue.blocked(req, key, keyed))
+func (c *call) arrival(ctx context.Context) admission.Decision {
+	key, keyed := c.g.sched.HoldKey(c.req)
+	d := admission.Arrive(c.req, c.pool.queue.blocked(c.req, key, keyed))
 	if d.Action == admission.Schedule {
-		d = admission.Decide(req, g.schedule(ctx, st, pool, req, cb))
+		d = admission.Decide(c.req, c.schedule(ctx))
 		if d.Action == admission.Wait {
-			pool.queue.held(key, keyed)
+			c.pool.queue.held(key, keyed)
 		}
 	}
 	return d
 }
 
 // schedule runs one scheduling cycle on a fresh snapshot of the pool.
-func (g *Gateway) schedule(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) error {
-	sp := g.startSchedule(ctx)
-	g.snapshot(st, pool, req, cb)
-	err := g.sched.ScheduleInto(&cb.res, req, cb.ptrs)
-	endSchedule(sp, &cb.res, err)
+func (c *call) schedule(ctx context.Context) error {
+	sp := c.g.startSchedule(ctx)
+	c.snapshot()
+	err := c.g.sched.ScheduleInto(&c.cb.res, c.req, c.cb.ptrs)
+	endSchedule(sp, &c.cb.res, err)
 	return err
 }
 
-// waitForCapacity queues req until a pod of its pool leaves saturation,
-// the wait bound for its priority passes (then the scheduler's best pick
-// stands: the server queues it) or ctx ends.
-func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolState, req *picker.Request, cb *cycleBuf) admission.Decision {
-	maxWait := admission.MaxWait(req, st.cfg.Queue.MaxWait, st.cfg.Queue.CriticalMaxWait)
-	q := pool.queue
+// waitForCapacity queues the request until a pod of its pool leaves
+// saturation, the wait bound for its priority passes (then the scheduler's
+// best pick stands: the server queues it) or ctx ends.
+func (c *call) waitForCapacity(ctx context.Context) admission.Decision {
+	g, cfg, req := c.g, c.st.cfg, c.req
+	maxWait := admission.MaxWait(req, cfg.Queue.MaxWait, cfg.Queue.CriticalMaxWait)
+	q := c.pool.queue
 	order := admission.OrderOf(g.sched.WaitOrder())
 	var prefill time.Duration
 	if order.Ranked() {
-		g.snapshot(st, pool, req, cb)
-		prefill = g.sched.PrefillTime(req, cb.ptrs)
+		c.snapshot()
+		prefill = g.sched.PrefillTime(req, c.cb.ptrs)
 	}
 	key, keyed := g.sched.HoldKey(req)
-	w, ok := q.enter(req.Priority, key, keyed, order, prefill, st.cfg.Queue.MaxLen)
+	w, ok := q.enter(req.Priority, key, keyed, order, prefill, cfg.Queue.MaxLen)
 	if !ok {
 		// Queue full: the best pod now, as if the wait had run out.
-		return admission.Expired(req, g.schedule(ctx, st, pool, req, cb))
+		return admission.Expired(req, c.schedule(ctx))
 	}
 	start := time.Now()
-	g.m.queueLen.WithLabelValues(pool.cfg.Name).Set(float64(q.len()))
+	pool := c.pool.cfg.Name
+	g.m.queueLen.WithLabelValues(pool).Set(float64(q.len()))
 	defer func() {
 		q.leave(w)
-		g.m.queueLen.WithLabelValues(pool.cfg.Name).Set(float64(q.len()))
-		g.m.queueWait.WithLabelValues(pool.cfg.Name).Observe(time.Since(start).Seconds())
+		g.m.queueLen.WithLabelValues(pool).Set(float64(q.len()))
+		g.m.queueWait.WithLabelValues(pool).Observe(time.Since(start).Seconds())
 		traceQueued(ctx, start)
 	}()
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
 	// Scrapes wake the queue too, but poll in case a pod stops reporting.
-	tick := time.NewTicker(max(st.cfg.Scrape.Interval, 10*time.Millisecond))
+	tick := time.NewTicker(max(cfg.Scrape.Interval, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		if q.myTurn(w) {
-			if d := admission.Decide(req, g.schedule(ctx, st, pool, req, cb)); d.Action != admission.Wait {
+			if d := admission.Decide(req, c.schedule(ctx)); d.Action != admission.Wait {
 				return d
 			}
 			q.heldAgain(w)
@@ -127,9 +127,152 @@ func (g *Gateway) waitForCapacity(ctx context.Context, st *state, pool *poolStat
 		case <-tick.C:
 			q.poll()
 		case <-deadline.C:
-			return admission.Expired(req, g.schedule(ctx, st, pool, req, cb))
+			return admission.Expired(req, c.schedule(ctx))
 		case <-ctx.Done():
 			return admission.Decide(req, ctx.Err())
+		}
+	}
+}
+
+// resolve maps a model name to its pool: a pool's base model, an adapter
+// named in config, or an adapter a pod lists in /v1/models with the pool's
+// model as parent.
+func (c *call) resolve(model string) (route, bool) {
+	if rt, ok := c.st.routes[model]; ok {
+		return rt, true
+	}
+	if pool, ok := c.g.adapterIndex(c.st).byName[model]; ok {
+		return route{pool: pool, adapter: model}, true
+	}
+	return route{}, false
+}
+
+// adapterIndex is the adapters discovered from pods' /v1/models.
+type adapterIndex struct {
+	at     time.Time
+	st     *state
+	byName map[string]*poolState
+}
+
+// adapterIndex returns the discovered adapters, rebuilt at most every
+// 250ms (it scans every pod's model list).
+func (g *Gateway) adapterIndex(st *state) *adapterIndex {
+	idx := g.adapters.Load()
+	if idx != nil && idx.st == st && time.Since(idx.at) < 250*time.Millisecond {
+		return idx
+	}
+	g.adaptMu.Lock()
+	defer g.adaptMu.Unlock()
+	if idx = g.adapters.Load(); idx != nil && idx.st == st && time.Since(idx.at) < 250*time.Millisecond {
+		return idx
+	}
+	idx = &adapterIndex{at: time.Now(), st: st, byName: map[string]*poolState{}}
+	for _, ps := range st.poolList {
+		for _, rt := range ps.pods {
+			ps0, ok := g.scraper.Get(rt.cfg.Name)
+			if !ok {
+				continue
+			}
+			for _, m := range ps0.Models {
+				if m.Parent == ps.cfg.Model && m.ID != ps.cfg.Model {
+					if _, static := st.routes[m.ID]; !static {
+						idx.byName[m.ID] = ps
+					}
+				}
+			}
+		}
+	}
+	g.adapters.Store(idx)
+	return idx
+}
+
+// snapshot fills c.cb with the current state of the pool's pods.
+func (c *call) snapshot() {
+	g, pool, cb := c.g, c.pool, c.cb
+	n := len(pool.pods)
+	if cap(cb.pods) < n {
+		cb.pods = make([]picker.Pod, n)
+	}
+	cb.pods = cb.pods[:n]
+	cb.ptrs = cb.ptrs[:0]
+	now := time.Now()
+	// A pod listing its models but not this adapter cannot serve it; only
+	// filter on that when some pod does list it (adapters may also be
+	// loaded on demand).
+	adapter := c.req.Adapter
+	adapterListed := false
+	if adapter != "" {
+		for _, rt := range pool.pods {
+			if ps, ok := g.scraper.Get(rt.cfg.Name); ok && ps.Serves(adapter) {
+				adapterListed = true
+				break
+			}
+		}
+	}
+	for i, rt := range pool.pods {
+		p := &cb.pods[i]
+		ps := g.fillPod(p, c.st, pool, rt, now)
+		if ps == nil || (adapterListed && ps.Models != nil && !ps.Serves(adapter)) {
+			continue
+		}
+		cb.ptrs = append(cb.ptrs, p)
+	}
+	g.tracker.Apply(cb.ptrs)
+}
+
+// fillPod sets p to the router's view of one pod and returns its scraped
+// state (nil if the scraper does not know it yet).
+func (g *Gateway) fillPod(p *picker.Pod, st *state, pool *poolState, rt *podRT, now time.Time) *scrape.PodState {
+	*p = picker.Pod{
+		Name:       rt.cfg.Name,
+		Address:    rt.cfg.Address,
+		Pool:       pool.cfg.Name,
+		BaseModel:  pool.cfg.Model,
+		Engine:     rt.cfg.Engine,
+		GPU:        rt.cfg.GPU,
+		GPUs:       rt.cfg.GPUs,
+		Labels:     rt.cfg.Labels,
+		MetricsAge: time.Hour, // never scraped
+	}
+	ps, ok := g.scraper.Get(rt.cfg.Name)
+	if !ok {
+		return nil
+	}
+	p.Engine = ps.Engine
+	p.Metrics = ps.Metrics
+	if !ps.LastSuccess.IsZero() {
+		p.MetricsAge = ps.MetricsAge(now) // an idle pod scraped on its slower schedule is not stale
+		p.Ready = ps.ConsecutiveFailures < st.cfg.Scrape.UnreadyAfter && now.UnixNano() >= rt.downUntil.Load()
+	}
+	return ps
+}
+
+// recordScores keeps each candidate's scores for /debug/pods and exports
+// the chosen pod's.
+func (c *call) recordScores() {
+	res := &c.cb.res
+	if len(res.Ranked) == 0 {
+		return
+	}
+	now := time.Now()
+	chosen := res.Ranked[0]
+	for i, p := range res.Candidates {
+		rt := c.st.pods[p.Name]
+		if rt == nil {
+			continue
+		}
+		rt.mu.Lock()
+		ls := &rt.scores
+		ls.At, ls.Picked, ls.Total, ls.Scorers = now, p == chosen, res.Total[i], res.Scorers
+		ls.Scores = ls.Scores[:0]
+		for s := range res.Scorers {
+			ls.Scores = append(ls.Scores, res.Scores[s][i])
+		}
+		rt.mu.Unlock()
+		if p == chosen {
+			for s, name := range res.Scorers {
+				c.g.m.scores.WithLabelValues(p.Pool, name).Observe(res.Scores[s][i])
+			}
 		}
 	}
 }

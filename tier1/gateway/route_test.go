@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/infergate/infergate/internal/admissiontest"
+	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/prefix"
@@ -50,8 +53,8 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 				names = append(names, p.cfg.Name)
 			}
 			defer tc.Prime(e.gw.tracker, names)()
-			cb := &cycleBuf{}
-			if got := e.gw.arrival(context.Background(), st, pool, req, cb).Action; got != tc.Want {
+			c := &call{g: e.gw, st: st, pool: pool, req: req, cb: &cycleBuf{}}
+			if got := c.arrival(context.Background()).Action; got != tc.Want {
 				t.Errorf("decision %v, want %v", got, tc.Want)
 			}
 		})
@@ -89,11 +92,11 @@ func TestRouteBuildsInputWithAdmissionPrompt(t *testing.T) {
 	st := e.gw.state.Load()
 	text := []byte(`[{"role":"user","content":"` + string(slices.Repeat([]byte("tell me a story "), 40)) + `"}]`)
 	body := `{"model":"llama","cache_salt":"s1","messages":` + string(text) + `}`
-	cb := &cycleBuf{}
-	req, _, rf := e.gw.route(t.Context(), st, routeInput{ep: epChat, data: []byte(body)}, cb)
-	if rf != nil {
+	c := &call{g: e.gw, st: st, ep: epChat, data: []byte(body)}
+	if rf := c.route(t.Context()); rf != nil {
 		t.Fatalf("refused: %+v", rf)
 	}
+	req := c.req
 	parsed, err := parseBody(epChat, []byte(body))
 	if err != nil {
 		t.Fatal(err)
@@ -108,5 +111,49 @@ func TestRouteBuildsInputWithAdmissionPrompt(t *testing.T) {
 	direct := prefix.Hash("llama\x00s1", prompt, prefix.DefaultBlockBytes, prefix.DefaultPromptBlocks, nil)
 	if !slices.Equal(direct, want.BlockHashes) || want.PromptTokens != len(prompt)/4 {
 		t.Fatal("admission.Prompt differs from prefix.Hash seeded with model and cache_salt")
+	}
+}
+
+// Tier 2 asks for usage by adding stream_options at the bytes its parser
+// found (openai.Request.IncludeUsage): the prompt Tier 1 hashes for prefix
+// affinity is the same with and without the member, so one conversation
+// keeps its pod. (Re-encoding the body, as Tier 2 once did, escaped <>&
+// and dropped whitespace, which changed the hashes.)
+func TestPrefixHashesIgnoreIncludeUsage(t *testing.T) {
+	pod := newFakePod(t, "p0")
+	e := newEnv(t, []*fakePod{pod}, "")
+	st := e.gw.state.Load()
+	para := strings.Repeat("日本語 ✓ émoji 🎉 <b>bold</b> & \"quoted\" text,\n\t", 20)
+	body := []byte("{ \"model\" : \"llama\",\n \"stream\":true, \"messages\" : [ {\"role\":\"system\",\"content\":\"" +
+		strings.NewReplacer(`"`, `\"`, "\n\t", `\n\t`).Replace(para) + "\"},\n  {\"role\":\"user\",\"content\":\"hi <there> & bye\"} ] }\n")
+	r, err := openai.ParseRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, changed, err := r.IncludeUsage(body)
+	if err != nil || !changed {
+		t.Fatalf("IncludeUsage: %v %v", changed, err)
+	}
+	hashes := func(b []byte) []uint64 {
+		t.Helper()
+		c := &call{g: e.gw, st: st, ep: epChat, data: b}
+		if rf := c.route(t.Context()); rf != nil {
+			t.Fatalf("refused: %+v", rf)
+		}
+		defer c.done("200")
+		return slices.Clone(c.req.BlockHashes)
+	}
+	without, with := hashes(body), hashes(sp.Apply(body))
+	if len(without) < 2 || !slices.Equal(without, with) {
+		t.Fatalf("hashes differ: %d without the member, %d with", len(without), len(with))
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	reencoded, _ := json.Marshal(m)
+	if slices.Equal(without, hashes(reencoded)) {
+		t.Fatal("a re-encoded body hashes the same: the test cannot tell")
 	}
 }

@@ -40,13 +40,24 @@ func (g *Gateway) traceRequest(r *http.Request, trusted bool) *http.Request {
 
 // tracePick starts the span of one ext_proc pick (Envoy sends the
 // request, Tier 1 only schedules it), with the same trust rule as
-// traceRequest; admission and scheduling spans nest under it. Envoy's
-// upstream attempt is Envoy's to trace.
-func (g *Gateway) tracePick(ctx context.Context, h http.Header, path string, trusted bool) (context.Context, trace.Span) {
+// traceRequest and the tenant as traceTenant names it; admission and
+// scheduling spans nest under it. Envoy's upstream attempt is Envoy's to
+// trace.
+func (g *Gateway) tracePick(ctx context.Context, h http.Header, path string, trusted bool, tenant string) (context.Context, trace.Span) {
 	if !g.tracer.Enabled() {
 		return ctx, noSpan
 	}
-	return g.tracer.StartServer(ctx, "tier1.pick", h, http.MethodPost, path, trusted)
+	ctx, sp := g.tracer.StartServer(ctx, "tier1.pick", h, http.MethodPost, path, trusted)
+	traceTenant(ctx, tenant)
+	return ctx, sp
+}
+
+// traceTenant names Tier 2's tenant (cluster.HeaderTenant, from an
+// authenticated caller) on the request's span.
+func traceTenant(ctx context.Context, tenant string) {
+	if sp := trace.SpanFromContext(ctx); tenant != "" && sp.IsRecording() {
+		sp.SetAttributes(attribute.String(tracing.Tenant, tenant))
+	}
 }
 
 // endRequest ends the request's span.
@@ -132,24 +143,26 @@ func endSchedule(sp trace.Span, res *picker.Result, err error) {
 	sp.End()
 }
 
-// tracedAttempt is attempt (the n-th of the request) inside its span.
-// The span ends even when the relay aborts the response by panicking
-// (http.ErrAbortHandler).
-func (g *Gateway) tracedAttempt(ctx context.Context, c *proxyCall, pod *picker.Pod, n int, canRetry func() bool) (last *attemptError) {
+// tracedAttempt is c.attempt (the n-th of the request) inside its span,
+// on which the first token is marked. The span ends even when the relay
+// aborts the response by panicking (http.ErrAbortHandler).
+func (g *Gateway) tracedAttempt(ctx context.Context, c *call, u *upstreamCall, pod *picker.Pod, n int, canRetry func() bool) (last *attemptError) {
 	if !g.tracer.Enabled() {
-		return g.attempt(ctx, c, pod, canRetry)
+		return c.attempt(ctx, u, pod, canRetry)
 	}
 	ctx, sp := g.tracer.Start(ctx, "tier1.upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String(tracing.Pod, pod.Name), attribute.String(tracing.GenAISystem, pod.Engine),
 			attribute.Int(tracing.Attempt, n)))
+	c.span = sp
 	returned := false
 	defer func() {
+		c.span = nil
 		if !returned {
 			sp.SetStatus(codes.Error, "response aborted")
 		}
 		endUpstream(sp, last)
 	}()
-	last = g.attempt(ctx, c, pod, canRetry)
+	last = c.attempt(ctx, u, pod, canRetry)
 	returned = true
 	return last
 }
@@ -184,15 +197,6 @@ func endUpstream(sp trace.Span, err *attemptError) {
 		sp.SetStatus(codes.Error, err.err.Error())
 	}
 	sp.End()
-}
-
-// traceSpan is the span firstToken marks the first token on; nil when
-// not tracing.
-func (g *Gateway) traceSpan(ctx context.Context) trace.Span {
-	if !g.tracer.Enabled() {
-		return nil
-	}
-	return trace.SpanFromContext(ctx)
 }
 
 // traceFirstToken marks the first token on the attempt's span: an event,
