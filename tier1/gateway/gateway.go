@@ -5,7 +5,7 @@
 // when a pod fails before its first byte.
 //
 // Where to read: gateway.go builds a Gateway from Config and serves it.
-// Every request is a call (request.go) with one lifecycle — enter, route,
+// Every request is a call (call.go) with one lifecycle — enter, route,
 // dispatch, observe, done — whichever front end it came in on: the HTTP
 // listener (proxy.go, relaying with shared/relay) or an external data
 // plane (pick.go, used by tier1/extproc). route.go is the routing step:

@@ -5,7 +5,7 @@ package gateway
 // request's path, headers and body, gets a pod back, forwards the request
 // itself and reports the response's progress so the tracker's in-flight
 // accounting stays right. Entry checks, routing, dispatch and the
-// first-token rule are the call's (request.go, route.go), as on the HTTP
+// first-token rule are the call's (call.go, route.go), as on the HTTP
 // listener.
 
 import (

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/infergate/infergate/shared/cluster"
@@ -155,12 +153,7 @@ func (c *call) attempt(ctx context.Context, u *upstreamCall, pod *picker.Pod, ca
 		if err = at.Err(err); errors.Is(err, relay.ErrTimeout) {
 			return &attemptError{"timeout", err}
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) || isDialError(err) {
-			// Keep the scheduler off this pod until the scraper can tell.
-			if rt := c.st.pods[pod.Name]; rt != nil {
-				rt.downUntil.Store(time.Now().Add(max(4*cfg.Scrape.Interval, 250*time.Millisecond)).UnixNano())
-			}
-		}
+		c.connectFailed(pod.Name, err)
 		return &attemptError{"connect", err}
 	}
 	defer resp.Body.Close()
@@ -224,9 +217,3 @@ func (h *proxyHooks) FirstToken() { (*call)(h).firstToken() }
 
 // Event relays every event as it came.
 func (h *proxyHooks) Event(ev []byte) []byte { return ev }
-
-// isDialError reports a failure to connect (the pod is down or gone).
-func isDialError(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial"
-}

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/infergate/infergate/tier1/admission"
@@ -131,6 +134,19 @@ func (c *call) waitForCapacity(ctx context.Context) admission.Decision {
 		case <-ctx.Done():
 			return admission.Decide(req, ctx.Err())
 		}
+	}
+}
+
+// connectFailed keeps the scheduler off a pod that could not be reached
+// (refused, or no connection at all) until the scraper can tell: at
+// least 250ms, or four scrape intervals.
+func (c *call) connectFailed(pod string, err error) {
+	var oe *net.OpError
+	if !errors.Is(err, syscall.ECONNREFUSED) && (!errors.As(err, &oe) || oe.Op != "dial") {
+		return
+	}
+	if rt := c.st.pods[pod]; rt != nil {
+		rt.downUntil.Store(time.Now().Add(max(4*c.st.cfg.Scrape.Interval, 250*time.Millisecond)).UnixNano())
 	}
 }
 

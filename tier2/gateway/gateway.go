@@ -29,9 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -176,34 +174,13 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// NewTransport returns the transport used towards Tier 1: connections are
-// kept alive and dialled with a short timeout so a dead cluster fails over
-// fast; bodies are passed through uncompressed.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-	}
-}
-
 // Gateway is the Tier 2 HTTP handler.
 type Gateway struct {
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	mRequests  *prometheus.CounterVec
-	mDuration  *prometheus.HistogramVec
-	mFailovers prometheus.Counter
-	mLimited   *prometheus.CounterVec
-	mTokens    *prometheus.CounterVec
-	mCost      *prometheus.CounterVec
+	metrics
 
 	tracer tracing.Tracer
 }
@@ -221,36 +198,10 @@ func New(opts Options) (*Gateway, error) {
 		opts:   opts,
 		log:    opts.Logger.With("component", "gateway"),
 		tracer: tracing.NewTracer(opts.TracerProvider, tracerName),
-		mRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_requests_total",
-			Help: "Requests answered by Tier 2, by endpoint and HTTP status.",
-		}, []string{"endpoint", "code"}),
-		mDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_tier2_request_duration_seconds",
-			Help:    "Time from request to the end of the response, by endpoint.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
-		}, []string{"endpoint"}),
-		mFailovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "infergate_tier2_failovers_total",
-			Help: "Attempts that failed before any byte reached the client and moved on to another cluster.",
-		}),
-		mLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_ratelimited_total",
-			Help: "Requests refused with 429 by the tenant's limits, by the limit that tripped (rpm, tpm, concurrency, budget).",
-		}, []string{"tenant", "limit"}),
-		mTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_tokens_total",
-			Help: "Tokens served, from the responses' usage, by tenant, cluster and type (prompt, completion).",
-		}, []string{"tenant", "cluster", "type"}),
-		mCost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_cost_total",
-			Help: "Estimated spend from each cluster's advertised per-million-token cost (clusters priced per GPU-hour are not counted).",
-		}, []string{"tenant", "cluster"}),
 	}
-	for _, c := range []prometheus.Collector{g.mRequests, g.mDuration, g.mFailovers, g.mLimited, g.mTokens, g.mCost} {
-		if err := opts.Registry.Register(c); err != nil {
-			return nil, fmt.Errorf("gateway: register metrics: %w", err)
-		}
+	var err error
+	if g.metrics, err = newMetrics(opts.Registry); err != nil {
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", g.inference)
@@ -475,30 +426,6 @@ func (g *Gateway) observe(w *statusWriter, endpoint string, start time.Time) {
 	}
 	g.mRequests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 	g.mDuration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
-}
-
-// readBody reads the request body up to MaxBodyBytes, answering 400 or 413
-// itself when it cannot.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
-	if err != nil {
-		closeAfter(w)
-		// The cause names both sockets: the log gets it, the client a
-		// plain reason.
-		g.log.Debug("request body not read", "err", err)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			openai.Errorf(w, http.StatusBadRequest, "body_timeout", fmt.Sprintf("the request body did not arrive within %v", g.opts.BodyReadTimeout))
-			return nil, false
-		}
-		openai.Errorf(w, http.StatusBadRequest, "invalid_body", "could not read the request body")
-		return nil, false
-	}
-	if int64(len(body)) > g.opts.MaxBodyBytes {
-		closeAfter(w)
-		openai.Errorf(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", g.opts.MaxBodyBytes))
-		return nil, false
-	}
-	return body, true
 }
 
 // plan asks the router for the clusters to try, answering 404 or 503

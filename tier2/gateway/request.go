@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"os"
 
 	"github.com/infergate/infergate/shared/openai"
 )
@@ -11,6 +14,30 @@ import (
 // request is what the gateway reads from an inference request body (see
 // openai.ParseRequest: exact keys, bounded counts).
 type request = openai.Request
+
+// readBody reads the request body up to MaxBodyBytes, answering 400 or 413
+// itself when it cannot.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
+	if err != nil {
+		closeAfter(w)
+		// The cause names both sockets: the log gets it, the client a
+		// plain reason.
+		g.log.Debug("request body not read", "err", err)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			openai.Errorf(w, http.StatusBadRequest, "body_timeout", fmt.Sprintf("the request body did not arrive within %v", g.opts.BodyReadTimeout))
+			return nil, false
+		}
+		openai.Errorf(w, http.StatusBadRequest, "invalid_body", "could not read the request body")
+		return nil, false
+	}
+	if int64(len(body)) > g.opts.MaxBodyBytes {
+		closeAfter(w)
+		openai.Errorf(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", g.opts.MaxBodyBytes))
+		return nil, false
+	}
+	return body, true
+}
 
 // decodeRequest reads the routing fields of body for the endpoint
 // ("chat/completions", "completions" or "embeddings"). The body reaches
