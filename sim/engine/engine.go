@@ -63,6 +63,12 @@ type Engine struct {
 	notify  func(*Engine)
 	loopIt  *loopItem
 	inDirty bool
+
+	// kvEvents hears the prefix cache change (kvevents.go); only the
+	// engine it was attached to (kvOwner) reports, never a Clone.
+	kvEvents KVEvents
+	kvOwner  *Engine
+	kvEvict  func(hash uint64)
 }
 
 type loraSlot struct {
@@ -665,7 +671,7 @@ func (e *Engine) truncate(now time.Duration) (before int) {
 
 func (e *Engine) grow(s *seq, n int) {
 	if n > 0 {
-		e.kv.allocAnon(n)
+		e.kv.allocAnon(n, e.evictHook())
 		s.nblocks += n
 	}
 }
@@ -754,6 +760,9 @@ func (e *Engine) complete(t time.Duration) {
 				b := e.kv.commit(s.hashes[len(s.ents)])
 				if b >= 0 {
 					s.nHashed++
+					if l := e.kvListener(); l != nil {
+						e.reportStored(l, s, len(s.ents))
+					}
 				}
 				s.ents = append(s.ents, b)
 			}

@@ -36,14 +36,18 @@ func newKVPool(n int) kvPool {
 func (p *kvPool) free() int { return p.n - p.used }
 
 // allocAnon takes k anonymous blocks, evicting cached ones if the truly
-// free blocks do not suffice. The caller checks free() ≥ k.
-func (p *kvPool) allocAnon(k int) {
+// free blocks do not suffice. The caller checks free() ≥ k. evicted, if
+// not nil, hears each evicted block's hash.
+func (p *kvPool) allocAnon(k int, evicted func(hash uint64)) {
 	p.used += k
 	for p.used+p.nLRU > p.n {
 		b := p.lruHead
 		p.lruRemove(b)
 		p.cache.del(p.entries[b].hash)
 		p.freeEnt = append(p.freeEnt, b)
+		if evicted != nil {
+			evicted(p.entries[b].hash)
+		}
 	}
 }
 

@@ -160,6 +160,10 @@ type Request struct {
 	// generating nothing; MaxTokens and OutputTokens are ignored.
 	// OnFirstToken and OnTokens (with n = 0) then mark the end of prefill.
 	Pooling bool
+	// TokenIDs are the prompt's token ids, optional: the engine only hands
+	// them on to a KVEvents listener (KV-cache events carry each stored
+	// block's tokens).
+	TokenIDs []uint32
 
 	OnFirstToken func(at time.Duration)
 	OnTokens     func(at time.Duration, n int) // n new tokens, the first included
