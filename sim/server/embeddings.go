@@ -184,7 +184,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request, req *embeddingReq
 			j := &job{engineID: s.nextID.Add(1), promptTokens: len(toks), arrival: now, prog: newProgress()}
 			j.id = "embd-" + strconv.FormatUint(j.engineID, 16)
 			err = e.Submit(now, &engine.Request{ID: j.engineID, Adapter: adapter, PromptTokens: len(toks),
-				BlockHashes: tokenize.BlockHashes(seedName, toks, engine.BlockSize), Pooling: true, OnDone: j.prog.onDone})
+				BlockHashes: tokenize.BlockHashes(seedName, toks, engine.BlockSize), TokenIDs: toks, Pooling: true, OnDone: j.prog.onDone})
 			if err != nil {
 				for _, id := range ids[:i] {
 					e.Cancel(now, id)

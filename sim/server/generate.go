@@ -153,6 +153,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, d dialec
 		Adapter:      adapter,
 		PromptTokens: len(toks),
 		BlockHashes:  tokenize.BlockHashes(seedName, toks, engine.BlockSize),
+		TokenIDs:     toks,
 		MaxTokens:    maxTokens,
 		OutputTokens: outputTokens,
 		OnTokens:     j.prog.onTokens,

@@ -24,6 +24,7 @@ import (
 
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/sim/engine"
+	"github.com/infergate/infergate/sim/kvpub"
 	"github.com/infergate/infergate/sim/profile"
 )
 
@@ -89,6 +90,9 @@ type Config struct {
 	Tune func(*engine.Config)
 	// Logger receives the pod's logs (default slog.Default()).
 	Logger *slog.Logger
+	// KVEvents, when its Endpoint is set, publishes the pod's KV-cache
+	// events over ZeroMQ as vLLM does (sim/kvpub; off by default).
+	KVEvents kvpub.Config
 }
 
 func (c *Config) setDefaults() {
@@ -138,6 +142,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	adapters map[string]string // registered adapter name → path
+
+	kv   *kvSink // nil unless KV events are configured
+	kvMu sync.Mutex
 }
 
 // New builds a pod from cfg. It fails on an unknown model, GPU or flavor,
@@ -213,6 +220,10 @@ func New(cfg Config) (*Server, error) {
 	if err := s.registry.Register(s.metrics); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	if cfg.KVEvents.Endpoint != "" {
+		s.kv = &kvSink{loraIDs: map[string]int{}}
+		eng.SetKVEvents(s.kv)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -264,6 +275,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
 	mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)
+	mux.HandleFunc("POST /reset_prefix_cache", s.handleResetPrefixCache)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -281,6 +293,10 @@ func (s *Server) routes() http.Handler {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := s.openKVEvents(ctx); err != nil {
+		return err
+	}
+	defer s.closeKVEvents()
 	engineDone := make(chan struct{})
 	go func() {
 		defer close(engineDone)
@@ -338,6 +354,11 @@ func Listen(ctx context.Context, cfg Config, addr string) (*Pod, error) {
 		return nil, fmt.Errorf("pod %s: listen: %w", s.cfg.Name, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	if err := s.openKVEvents(ctx); err != nil {
+		cancel()
+		_ = ln.Close()
+		return nil, err
+	}
 	p := &Pod{Server: s, Addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	p.URL = "http://" + p.Addr
 	go func() { p.done <- s.Serve(ctx, ln) }()
