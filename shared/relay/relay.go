@@ -305,7 +305,7 @@ func (a *Attempt) Relay(w http.ResponseWriter, h Hooks, deadline time.Time) (res
 	}
 	hdr := w.Header()
 	h.Header(hdr, resp.Header)
-	if b, whole := a.Held(); whole && !a.stream && len(resp.Trailer) == 0 {
+	if b, whole := a.Held(); whole && !a.stream && len(resp.Trailer) == 0 && hdr.Get("Content-Length") == "" {
 		hdr.Set("Content-Length", strconv.Itoa(len(b)))
 	}
 	a.beginWrite()

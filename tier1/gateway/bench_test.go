@@ -45,8 +45,39 @@ func BenchmarkProxy(b *testing.B) {
 	})
 }
 
+// BenchmarkProxyStream is BenchmarkProxy for a streamed chat completion
+// of 32 events and [DONE]:
+//
+//	go test -run '^$' -bench BenchmarkProxyStream -benchtime 5000x ./tier1/gateway/
+func BenchmarkProxyStream(b *testing.B) {
+	upstream := benchUpstream(b)
+	body := []byte(strings.Replace(string(benchBody()), `"max_tokens":64`, `"max_tokens":64,"stream":true`, 1))
+	b.Run("bare", func(b *testing.B) {
+		target, _ := url.Parse(upstream.URL)
+		rp := &httputil.ReverseProxy{
+			Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+			FlushInterval: -1,
+		}
+		rp.Transport = newTransport(2*time.Second, nil)
+		runProxyBench(b, rp, body)
+	})
+	b.Run("infergate", func(b *testing.B) {
+		runProxyBench(b, benchGateway(b, upstream, Options{Logger: slog.New(slog.DiscardHandler)}), body)
+	})
+}
+
+// streamEvents is the fake pod's streamed answer: a role-only event, 32
+// one-token events, a finish event and [DONE], written one by one.
+var streamEvents = func() []string {
+	evs := []string{`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n"}
+	for range 32 {
+		evs = append(evs, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" word"}}]}`+"\n\n")
+	}
+	return append(evs, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n", "data: [DONE]\n\n")
+}()
+
 // benchUpstream is one fast fake pod: an idle vLLM metrics page, a model
-// list, and a fixed chat completion.
+// list, a fixed chat completion, and a fixed stream when asked for one.
 func benchUpstream(b *testing.B) *httptest.Server {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -57,7 +88,15 @@ func benchUpstream(b *testing.B) *httptest.Server {
 			fmt.Fprint(w, `{"object":"list","data":[{"id":"llama","object":"model"}]}`)
 			return
 		}
-		_, _ = io.Copy(io.Discard, r.Body)
+		req, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(req), `"stream":true`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, ev := range streamEvents {
+				_, _ = io.WriteString(w, ev)
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(completion)
 	}))

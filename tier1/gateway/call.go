@@ -51,6 +51,8 @@ type call struct {
 	token      bool       // the first token was seen
 	span       trace.Span // the attempt's, when tracing (trace.go)
 	ended      bool
+
+	up upstreamCall // the HTTP front end's (proxy.go)
 }
 
 // cycleBuf is per-request scratch reused across requests: the pod

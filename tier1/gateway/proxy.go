@@ -69,7 +69,8 @@ func (g *Gateway) handleInference(w http.ResponseWriter, r *http.Request, st *st
 	}
 	header := upstreamHeaders(stripInternal(r.Header), clientIP(r), st.upstreamToken)
 	header.Set(cluster.HeaderRequestID, c.id)
-	c.proxy(ctx, &upstreamCall{w: w, r: r, header: header})
+	c.up = upstreamCall{w: w, r: r, header: header}
+	c.proxy(ctx, &c.up)
 }
 
 // answer refuses the request with an OpenAI error.
