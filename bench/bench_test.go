@@ -7,14 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/infergate/infergate/bench/scenario"
 	"github.com/infergate/infergate/bench/stats"
-	"github.com/infergate/infergate/bench/trace"
 	"github.com/infergate/infergate/bench/workload"
 	"github.com/infergate/infergate/tier1/picker"
 )
@@ -368,79 +366,6 @@ func TestMemoryBoundPodsAvoided(t *testing.T) {
 	if without == 0 || 2*withWait > without {
 		t.Errorf("TTFT > 3 s: %d with the memory-bound wait, %d without; want at most half", withWait, without)
 	}
-}
-
-// On a mixed fleet saturation.slower_gpu_wait (1 s, opt-in) holds a long
-// prompt for a busy H100 rather than sending it to an idle A10G, where it
-// takes a second or more longer. Mooncake's conversation trace, a training
-// window (minutes 20-30), on 4 H100 + 4 A10G; skipped without the trace.
-func TestLongPromptsHeldForFasterGPUs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs ten minutes of a trace twice")
-	}
-	path := filepath.Join(sharedTracesDir(), "mooncake_conversation.jsonl")
-	f, st := traceOnDefaultFleet(t, path, trace.Options{Start: 20 * time.Minute, Duration: 10 * time.Minute, RateScale: 1})
-	const seed = 101
-	const longTokens = 2000 // about 0.9 s to prefill on an A10G, 0.1 s on an H100
-	onA10G := func(pol Policy) (long int, p99 float64) {
-		s, err := newSim(context.Background(), Setup{Name: "mooncake", Fleet: f, Horizon: st.Duration + 10*time.Minute}, pol, seed, st, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.onDispatch = func(i, pod int, _ time.Duration) {
-			if st.Requests[i].PromptTokens >= longTokens && s.pods[pod].view.GPU == "a10g" {
-				long++
-			}
-		}
-		out, err := s.run()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return long, stats.Percentile(out.TTFT, 99)
-	}
-	on := mustPolicy(t, PolicyInfergate)
-	prof := on.Profile.Clone()
-	prof.Saturation.SlowerGPUWait = time.Second
-	on.Profile = &prof
-	off := mustPolicy(t, PolicyInfergate)
-	withRule, p99With := onA10G(on)
-	without, p99Without := onA10G(off)
-	t.Logf("prompts of %d+ tokens sent to an A10G: %d with slower_gpu_wait, %d without; P99 TTFT %.0f against %.0f ms", longTokens, withRule, without, p99With, p99Without)
-	if without == 0 || 2*withRule > without {
-		t.Errorf("prompts of %d+ tokens on A10Gs: %d with slower_gpu_wait, %d without; want at most half", longTokens, withRule, without)
-	}
-}
-
-// traceOnDefaultFleet is a window of the trace at path (opts, less
-// MaxTotalTokens, which it sets) on the bench's default trace fleet, as
-// `infergate-lab bench --trace` replays it; skipped when the file is absent.
-func traceOnDefaultFleet(t testing.TB, path string, opts trace.Options) (scenario.Fleet, workload.Stream) {
-	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("trace: %v", err)
-	}
-	f := scenario.DefaultTraceFleet()
-	f.SetDefaults()
-	maxLen, err := MaxModelLen(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.MaxTotalTokens = maxLen
-	st, err := trace.Load(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f, st
-}
-
-// sharedTracesDir finds the shared traces: $INFERGATE_TRACES or
-// ../shared/traces beside the repository.
-func sharedTracesDir() string {
-	if d := os.Getenv("INFERGATE_TRACES"); d != "" {
-		return d
-	}
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "shared", "traces")
 }
 
 // pinnedAdapters is a pool where every pod's one adapter slot is taken:

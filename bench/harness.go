@@ -498,7 +498,7 @@ func (s *sim) apply(now time.Duration, i int, d admission.Decision) {
 		s.dispatchTo(now, i, s.viewIdx[s.result.Ranked[0]])
 	case admission.Wait:
 		s.states[i].queuedAt = now
-		s.queue.PushKey(s.states[i].preq.Priority, s.waitKey(now, i), i)
+		s.queue.Push(s.states[i].preq.Priority, i)
 	case admission.Shed:
 		s.out.Shed++
 		s.finish(now)
@@ -506,18 +506,6 @@ func (s *sim) apply(now time.Duration, i int, d admission.Decision) {
 		s.out.Failed++
 		s.finish(now)
 	}
-}
-
-// waitKey is request i's rank in the wait queue from now (admission.Order,
-// as Tier 1's gateway computes it).
-func (s *sim) waitKey(now time.Duration, i int) time.Duration {
-	o := admission.OrderOf(s.sched.WaitOrder())
-	var prefill time.Duration
-	if o.Ranked() {
-		s.refresh(now)
-		prefill = s.sched.PrefillTime(s.states[i].preq, s.views)
-	}
-	return o.Key(now, prefill)
 }
 
 // drainQueue is Tier 1's wait queue at a scrape (Tier 1 wakes its queue on

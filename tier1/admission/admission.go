@@ -19,8 +19,8 @@
 //     HTTP status and OpenAI error code. Expired is the decision when a
 //     waiter's bounded wait runs out.
 //
-// Queue is the wait queue's order (priority descending, then Order within
-// a priority: arrival, or shortest prefill with aging) and Pass the order
+// Queue is the wait queue's order (priority descending, then arrival)
+// and Pass the order
 // in which waiters re-run the scheduler after a wake (every waiter in
 // turn, skipping those that one held earlier in the pass stands for),
 // without any locking or clock, so the gateway wraps them with a mutex

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/prefix"
@@ -100,55 +99,6 @@ func TestQueueOrder(t *testing.T) {
 	}
 	if _, ok := q.Head(); ok || q.Ahead(-100) {
 		t.Error("empty queue has a head")
-	}
-}
-
-func TestOrderKey(t *testing.T) {
-	ms := time.Millisecond
-	tests := []struct {
-		name         string
-		order        Order
-		now, prefill time.Duration
-		want         time.Duration
-	}{
-		{"arrival order", Order{}, 5 * ms, 800 * ms, 5 * ms},
-		{"shortest prefill", Order{ShortestPrefill: 2}, 5 * ms, 800 * ms, 1605 * ms},
-		{"negative is arrival order", Order{ShortestPrefill: -1}, 5 * ms, 800 * ms, 5 * ms},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.order.Key(tt.now, tt.prefill); got != tt.want {
-				t.Fatalf("Key = %v, want %v", got, tt.want)
-			}
-		})
-	}
-	if (Order{}).Ranked() || !(Order{ShortestPrefill: 1}).Ranked() || OrderOf(picker.WaitOrderConfig{ShortestPrefill: 3}) != (Order{ShortestPrefill: 3}) {
-		t.Error("Ranked or OrderOf wrong")
-	}
-}
-
-// Shortest prefill first within a priority, with the bound on the extra
-// wait: a long prompt is passed by short ones arriving within
-// ShortestPrefill × its prefill time after it, not by later ones.
-func TestQueueShortestPrefill(t *testing.T) {
-	ms := time.Millisecond
-	o := Order{ShortestPrefill: 2}
-	var q Queue[string]
-	push := func(name string, prio int, at, prefill time.Duration) { q.PushKey(prio, o.Key(at, prefill), name) }
-	push("long", 0, 0, 800*ms)       // key 1600 ms
-	push("short", 0, 100*ms, 50*ms)  // key 200 ms: passes long
-	push("mid", 0, 200*ms, 400*ms)   // key 1000 ms: passes long
-	push("late", 0, 1700*ms, 10*ms)  // key 1720 ms: arrived too late to pass long
-	push("crit", 1, 1800*ms, 900*ms) // higher priority first whatever its size
-	push("tie", 0, 1580*ms, 10*ms)   // key 1600 ms, as long's: arrival order breaks the tie
-	want := []string{"crit", "short", "mid", "long", "tie", "late"}
-	if got := q.All(); !slices.Equal(got, want) {
-		t.Fatalf("order %v, want %v", got, want)
-	}
-	// Push is key 0: ahead of every keyed waiter of its priority.
-	q.Push(0, "unkeyed")
-	if got := q.All(); got[1] != "unkeyed" {
-		t.Fatalf("unkeyed push at %v", got)
 	}
 }
 

@@ -2,13 +2,12 @@ package admission
 
 import (
 	"slices"
-	"time"
 
 	"github.com/infergate/infergate/tier1/picker"
 )
 
-// Queue orders waiting requests: higher priority first, then by key (see
-// Order), then arrival order. When capacity may have freed up, waiters
+// Queue orders waiting requests: higher priority first, then arrival
+// order. When capacity may have freed up, waiters
 // re-run the scheduler in queue order, one Pass at a time, so that
 // capacity goes to the most important request that ranks first and can
 // use it. Queue holds no lock and no clock; its zero value is an empty
@@ -21,31 +20,19 @@ type Queue[T comparable] struct {
 type queued[T comparable] struct {
 	v    T
 	prio int
-	key  time.Duration
 	seq  uint64
 }
 
 // Push adds v with priority prio behind every waiter of equal or higher
-// priority (key 0: see PushKey).
-func (q *Queue[T]) Push(prio int, v T) { q.PushKey(prio, 0, v) }
-
-// PushKey adds v with priority prio and rank key (Order.Key): ahead of
-// waiters of lower priority and of equal priority with a larger key,
-// behind the others.
-func (q *Queue[T]) PushKey(prio int, key time.Duration, v T) {
+// priority.
+func (q *Queue[T]) Push(prio int, v T) {
 	q.seq++
-	e := queued[T]{v: v, prio: prio, key: key, seq: q.seq}
+	e := queued[T]{v: v, prio: prio, seq: q.seq}
 	i, _ := slices.BinarySearchFunc(q.items, e, func(a, b queued[T]) int {
 		if a.prio != b.prio {
 			if a.prio > b.prio {
 				return -1
 			}
-			return 1
-		}
-		switch {
-		case a.key < b.key:
-			return -1
-		case a.key > b.key:
 			return 1
 		}
 		switch {
@@ -115,35 +102,6 @@ func (q *Queue[T]) All() []T {
 	return out
 }
 
-// Order ranks waiters within one priority. The zero value is arrival
-// order.
-type Order struct {
-	// ShortestPrefill > 0 ranks a waiter by its arrival plus
-	// ShortestPrefill × its estimated prefill time, so shorter prefills
-	// are sent first: the engine serves what it was sent in order, and a
-	// long prompt sent first delays every prompt behind it by its whole
-	// prefill. The extra wait is bounded: a waiter is passed only by
-	// requests arriving less than ShortestPrefill × its own prefill time
-	// after it.
-	ShortestPrefill float64
-}
-
-// OrderOf is the order a profile configures.
-func OrderOf(c picker.WaitOrderConfig) Order { return Order{ShortestPrefill: c.ShortestPrefill} }
-
-// Key is the rank of a request that starts waiting at now (on any clock
-// that does not go back, the same for every waiter) with an estimated
-// prefill time of prefill; lower keys go first.
-func (o Order) Key(now, prefill time.Duration) time.Duration {
-	if o.ShortestPrefill <= 0 {
-		return now
-	}
-	return now + time.Duration(o.ShortestPrefill*float64(prefill))
-}
-
-// Ranked reports whether the order needs each waiter's prefill estimate.
-func (o Order) Ranked() bool { return o.ShortestPrefill > 0 }
-
 // PassScan bounds the scheduling cycles one Pass runs for waiters whose
 // answer no earlier waiter's stands for (keyless waiters: see
 // picker.Scheduler.HoldKey), so a wake costs at most this many cycles
@@ -155,8 +113,7 @@ const PassScan = 32
 // order. Every waiter gets its turn, not only the head: a waiter is held
 // only if no pod will take it, and the head being held says nothing about
 // a waiter that wants other pods (another LoRA adapter, whose pods are
-// idle, or, with saturation.slower_gpu_wait, a short prompt that a slower
-// GPU serves well). Without the pass such a waiter queued behind the head
+// idle). Without the pass such a waiter queued behind the head
 // until the head left (head-of-line blocking).
 //
 // Order is kept: a waiter is scheduled only after every waiter ahead of it

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"sync"
-	"time"
 
 	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
@@ -20,9 +19,8 @@ type waitQueue struct {
 	mu    sync.Mutex
 	q     admission.Queue[*waiter]
 	pass  admission.Pass
-	turn  *waiter   // whose turn it is in the open pass
-	again bool      // woken during the open pass: start another when it ends
-	epoch time.Time // zero of the queue's keys (monotonic clock)
+	turn  *waiter // whose turn it is in the open pass
+	again bool    // woken during the open pass: start another when it ends
 }
 
 // waiter is one queued request; its address is its identity.
@@ -32,22 +30,18 @@ type waiter struct {
 	turn  chan struct{} // receives when the turn reaches this waiter
 }
 
-func newWaitQueue() *waitQueue {
-	return &waitQueue{epoch: time.Now()}
-}
+func newWaitQueue() *waitQueue { return &waitQueue{} }
 
-// enter adds a waiter of priority prio and hold key (key, keyed) that
-// ranks by prefill (its estimated prefill time, admission.Order) unless the
-// queue already holds maxLen.
-func (q *waitQueue) enter(prio int, key picker.HoldKey, keyed bool, order admission.Order, prefill time.Duration, maxLen int) (*waiter, bool) {
+// enter adds a waiter of priority prio and hold key (key, keyed) unless
+// the queue already holds maxLen.
+func (q *waitQueue) enter(prio int, key picker.HoldKey, keyed bool, maxLen int) (*waiter, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.q.Len() >= maxLen {
 		return nil, false
 	}
 	w := &waiter{key: key, keyed: keyed, turn: make(chan struct{}, 1)}
-	// Read under the lock, so keys of arrival order never go back.
-	q.q.PushKey(prio, order.Key(time.Since(q.epoch), prefill), w)
+	q.q.Push(prio, w)
 	if q.pass.Open() {
 		// It may rank ahead of the turn: the next pass sees it.
 		q.again = true

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
 )
 
@@ -17,7 +16,7 @@ func TestWaitQueueOrder(t *testing.T) {
 	arrivals := []in{{"std1", 0}, {"low", -1}, {"crit1", 2}, {"std2", 0}, {"crit2", 2}, {"mid", 1}}
 	ws := map[string]*waiter{}
 	for _, a := range arrivals {
-		w, ok := q.enter(a.prio, picker.HoldKey{}, true, admission.Order{}, 0, 10)
+		w, ok := q.enter(a.prio, picker.HoldKey{}, true, 10)
 		if !ok {
 			t.Fatal("enter refused")
 		}
@@ -38,16 +37,16 @@ func TestWaitQueueOrder(t *testing.T) {
 	}
 	// Bounded.
 	for i := 0; i < 2; i++ {
-		q.enter(0, picker.HoldKey{}, true, admission.Order{}, 0, 2)
+		q.enter(0, picker.HoldKey{}, true, 2)
 	}
-	if _, ok := q.enter(5, picker.HoldKey{}, true, admission.Order{}, 0, 2); ok {
+	if _, ok := q.enter(5, picker.HoldKey{}, true, 2); ok {
 		t.Error("enter beyond max_len accepted")
 	}
 }
 
 func TestWaitQueueSignal(t *testing.T) {
 	q := newWaitQueue()
-	w, _ := q.enter(0, picker.HoldKey{}, true, admission.Order{}, 0, 10)
+	w, _ := q.enter(0, picker.HoldKey{}, true, 10)
 	if q.myTurn(w) {
 		t.Fatal("turn before any wake")
 	}
@@ -68,13 +67,13 @@ func TestWaitQueueSignal(t *testing.T) {
 
 // One pass gives every waiter whose hold key it has not seen held its
 // turn, in queue order: a waiter for another adapter is not stuck behind
-// a held head. Keyless waiters (slower_gpu_wait) each get a turn.
+// a held head. Keyless waiters (admission.Pass) each get a turn.
 func TestWaitQueuePass(t *testing.T) {
 	a := picker.HoldKey{Model: "lora-a", Adapter: "lora-a"}
 	b := picker.HoldKey{Model: "lora-b", Adapter: "lora-b"}
 	q := newWaitQueue()
 	enter := func(key picker.HoldKey, keyed bool) *waiter {
-		w, ok := q.enter(0, key, keyed, admission.Order{}, 0, 10)
+		w, ok := q.enter(0, key, keyed, 10)
 		if !ok {
 			t.Fatal("enter refused")
 		}

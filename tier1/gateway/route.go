@@ -92,14 +92,8 @@ func (c *call) waitForCapacity(ctx context.Context) admission.Decision {
 	g, cfg, req := c.g, c.st.cfg, c.req
 	maxWait := admission.MaxWait(req, cfg.Queue.MaxWait, cfg.Queue.CriticalMaxWait)
 	q := c.pool.queue
-	order := admission.OrderOf(g.sched.WaitOrder())
-	var prefill time.Duration
-	if order.Ranked() {
-		c.snapshot()
-		prefill = g.sched.PrefillTime(req, c.cb.ptrs)
-	}
 	key, keyed := g.sched.HoldKey(req)
-	w, ok := q.enter(req.Priority, key, keyed, order, prefill, cfg.Queue.MaxLen)
+	w, ok := q.enter(req.Priority, key, keyed, cfg.Queue.MaxLen)
 	if !ok {
 		// Queue full: the best pod now, as if the wait had run out.
 		return admission.Expired(req, c.schedule(ctx))

@@ -38,7 +38,7 @@ func TestArrivalDecisionsMatchSharedTable(t *testing.T) {
 				ahead := *req
 				ahead.Sheddable, ahead.Priority = false, tc.AheadPrio
 				key, keyed := e.gw.sched.HoldKey(&ahead)
-				w, _ := pool.queue.enter(tc.AheadPrio, key, keyed, admission.Order{}, 0, 10)
+				w, _ := pool.queue.enter(tc.AheadPrio, key, keyed, 10)
 				pool.queue.held(key, keyed)
 				defer pool.queue.leave(w)
 			}

@@ -97,11 +97,8 @@ func TestSchedulingDocProfileBlock(t *testing.T) {
 	if o.SpeedPooling == nil || *o.SpeedPooling != want.SpeedPooling {
 		t.Errorf("speed_pooling %v, want %v", o.SpeedPooling, want.SpeedPooling)
 	}
-	if o.WaitOrder == nil || *o.WaitOrder != want.WaitOrder {
-		t.Errorf("wait_order %+v, want %+v", o.WaitOrder, want.WaitOrder)
-	}
-	if sat := o.Saturation; sat == nil || sat.PrefillWait == nil || sat.SheddableWait == nil || sat.SlowerGPUWait == nil ||
-		(SaturationConfig{sat.QueueThreshold, sat.KVThreshold, *sat.PrefillWait, *sat.SheddableWait, *sat.SlowerGPUWait}) != want.Saturation {
+	if sat := o.Saturation; sat == nil || sat.PrefillWait == nil || sat.SheddableWait == nil ||
+		(SaturationConfig{sat.QueueThreshold, sat.KVThreshold, *sat.PrefillWait, *sat.SheddableWait}) != want.Saturation {
 		t.Errorf("saturation %+v, want every key of %+v", sat, want.Saturation)
 	}
 	listed := map[string]bool{}

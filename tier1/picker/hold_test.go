@@ -86,41 +86,13 @@ func TestScheduleBusy(t *testing.T) {
 	}
 }
 
-func TestPrefillTime(t *testing.T) {
-	tr := NewTracker(TrackerOptions{})
-	hashes := []uint64{1, 2, 3, 4}
-	// b holds half the prompt's blocks; c is twice as fast as a.
-	tr.Dispatched("b", &Request{PromptTokens: 100, BlockHashes: hashes[:2]})
-	s := mustScheduler(t, DefaultProfile(), Options{Tracker: tr, Rand: seeded(1)})
-	req := &Request{Model: "llama", PromptTokens: 8000, BlockHashes: hashes}
-	tests := []struct {
-		name string
-		pods []*Pod
-		want time.Duration
-	}{
-		{"no pods", nil, 0},
-		{"cold pod at its speed", []*Pod{mkPod("a", prefill(8000))}, time.Second},
-		{"fastest pod", []*Pod{mkPod("a", prefill(8000)), mkPod("c", prefill(16000))}, 500 * time.Millisecond},
-		{"cached half", []*Pod{mkPod("a", prefill(8000)), mkPod("b", prefill(8000))}, 500 * time.Millisecond},
-		{"unlearned pod at the others' mean", []*Pod{mkPod("a", prefill(4000)), mkPod("d")}, 2 * time.Second},
-		{"nothing learned: default speed", []*Pod{mkPod("d")}, time.Second},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := s.PrefillTime(req, tt.pods); got != tt.want {
-				t.Fatalf("PrefillTime = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestProfileHoldYAML(t *testing.T) {
-	c, err := ParseProfile("t", []byte("saturation: {prefill_wait: 400ms}\nwait_order: {shortest_prefill: 4}\n"))
+	c, err := ParseProfile("t", []byte("saturation: {prefill_wait: 400ms}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Saturation.PrefillWait != 400*time.Millisecond || c.WaitOrder.ShortestPrefill != 4 || c.Saturation.QueueThreshold != DefaultQueueThreshold {
-		t.Fatalf("parsed %+v %+v", c.Saturation, c.WaitOrder)
+	if c.Saturation.PrefillWait != 400*time.Millisecond || c.Saturation.QueueThreshold != DefaultQueueThreshold {
+		t.Fatalf("parsed %+v", c.Saturation)
 	}
 	if c, err := ParseProfile("t", []byte("saturation: {prefill_wait: 0s}\n")); err != nil || c.Saturation.PrefillWait != 0 {
 		t.Fatalf("prefill_wait 0 does not turn holding off: %v %v", c.Saturation.PrefillWait, err)
@@ -131,16 +103,11 @@ func TestProfileHoldYAML(t *testing.T) {
 	if c, err := ParseProfile("t", []byte("saturation: {sheddable_wait: 100ms}\n")); err != nil || c.Saturation.SheddableWait != 100*time.Millisecond || c.Saturation.PrefillWait != DefaultPrefillWait {
 		t.Fatalf("sheddable_wait: %+v %v", c.Saturation, err)
 	}
-	if c, err := ParseProfile("t", []byte("saturation: {slower_gpu_wait: 1s}\n")); err != nil || c.Saturation.SlowerGPUWait != time.Second || c.Saturation.PrefillWait != DefaultPrefillWait {
-		t.Fatalf("slower_gpu_wait: %+v %v", c.Saturation, err)
-	}
-	if DefaultProfile().Saturation.SlowerGPUWait != 0 || GIEDefaultProfile().Saturation.SlowerGPUWait != 0 {
-		t.Fatal("slower_gpu_wait is opt-in")
-	}
 	if c, err := ParseProfile("t", []byte("base: gie\n")); err != nil || c.Saturation.PrefillWait != 0 {
 		t.Fatalf("GIE's profile holds: %v %v", c.Saturation.PrefillWait, err)
 	}
-	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "saturation: {sheddable_wait: -1ms}\n", "saturation: {slower_gpu_wait: -1s}\n", "wait_order: {shortest_prefill: -1}\n", "wait_order: {shortest: 1}\n"} {
+	// The removed experimental keys are refused like any unknown key.
+	for _, bad := range []string{"saturation: {prefill_wait: -1s}\n", "saturation: {sheddable_wait: -1ms}\n", "saturation: {slower_gpu_wait: 1s}\n", "wait_order: {shortest_prefill: 4}\n"} {
 		if _, err := ParseProfile("t", []byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -149,14 +116,10 @@ func TestProfileHoldYAML(t *testing.T) {
 
 func TestHoldExampleProfiles(t *testing.T) {
 	tests := []struct {
-		file   string
-		wait   time.Duration
-		order  float64
-		slower time.Duration
+		file string
+		wait time.Duration
 	}{
-		{"picker-no-hold.yaml", 0, 0, 0},
-		{"picker-shortest-prefill.yaml", DefaultPrefillWait, 4, 0},
-		{"picker-hold-for-fast-gpus.yaml", DefaultPrefillWait, 0, time.Second},
+		{"picker-no-hold.yaml", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -168,63 +131,15 @@ func TestHoldExampleProfiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Saturation.PrefillWait != tt.wait || c.WaitOrder.ShortestPrefill != tt.order || c.Saturation.SlowerGPUWait != tt.slower {
-				t.Fatalf("prefill_wait %v, shortest_prefill %v, slower_gpu_wait %v", c.Saturation.PrefillWait, c.WaitOrder.ShortestPrefill, c.Saturation.SlowerGPUWait)
-			}
-		})
-	}
-}
-
-// With saturation.slower_gpu_wait a pod of a slower hardware class is busy
-// for a request whose extra prefill there would reach the wait, so the
-// request is held for a fast pod rather than sent to an idle slow one.
-func TestScheduleBusySlowerGPU(t *testing.T) {
-	cfg := DefaultProfile()
-	cfg.Saturation.PrefillWait = 400 * time.Millisecond
-	cfg.Saturation.SlowerGPUWait = time.Second
-	off := cfg
-	off.Saturation.SlowerGPUWait = 0
-	h100 := func(name string, mods ...func(*Pod)) *Pod {
-		return mkPod(name, append([]func(*Pod){gpu("h100"), gpus(1), prefill(10000)}, mods...)...)
-	}
-	a10g := func(name string, mods ...func(*Pod)) *Pod {
-		return mkPod(name, append([]func(*Pod){gpu("a10g"), gpus(1), prefill(1000)}, mods...)...)
-	}
-	busyH := h100("h", uncachedQueued(6000)) // 600 ms queued
-	tests := []struct {
-		name      string
-		cfg       ProfileConfig
-		pods      []*Pod
-		tokens    int
-		sheddable bool
-		want      error
-	}{
-		// 2,000 tokens: 2 s on the A10G against 0.2 s on an H100.
-		{"long prompt held for the fast pod", cfg, []*Pod{busyH, a10g("a")}, 2000, false, ErrBusy},
-		{"off: the idle slow pod takes it", off, []*Pod{busyH, a10g("a")}, 2000, false, nil},
-		// 800 tokens: 0.72 s extra, under the second, unless the slow pod
-		// has 0.35 s queued (itself under prefill_wait).
-		{"short prompt goes to the slow pod", cfg, []*Pod{busyH, a10g("a")}, 800, false, nil},
-		{"slow pod's queue counts", cfg, []*Pod{busyH, a10g("a", uncachedQueued(350))}, 800, false, ErrBusy},
-		{"sheddable requests still use slow pods", cfg, []*Pod{busyH, a10g("a")}, 2000, true, nil},
-		{"fast pod free", cfg, []*Pod{h100("h"), a10g("a")}, 2000, false, nil},
-		// One class: learned speeds differ, the class does not.
-		{"same class, slower learned speed", cfg, []*Pod{busyH, h100("h2", prefill(1000))}, 2000, false, nil},
-		{"no known class", cfg, []*Pod{busyH, mkPod("x", prefill(1000))}, 2000, false, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := mustScheduler(t, tt.cfg, Options{Rand: seeded(1)})
-			_, err := s.Schedule(&Request{Model: "llama", PromptTokens: tt.tokens, Sheddable: tt.sheddable}, tt.pods)
-			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
-				t.Fatalf("err = %v, want %v", err, tt.want)
+			if c.Saturation.PrefillWait != tt.wait {
+				t.Fatalf("prefill_wait %v, want %v", c.Saturation.PrefillWait, tt.wait)
 			}
 		})
 	}
 }
 
 // HoldKey is the same for requests that only differ in what the hold
-// decision does not read, and absent when slower_gpu_wait reads the prompt.
+// decision does not read.
 func TestHoldKey(t *testing.T) {
 	s, err := NewScheduler(DefaultProfile(), Options{})
 	if err != nil {
@@ -241,16 +156,5 @@ func TestHoldKey(t *testing.T) {
 	}
 	if k1 == k3 {
 		t.Error("different adapters share a key")
-	}
-	prof := DefaultProfile()
-	prof.Saturation.SlowerGPUWait = time.Second
-	if err := s.Update(prof); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.HoldKey(r1); ok {
-		t.Error("keyed with slower_gpu_wait on")
-	}
-	if _, ok := s.HoldKey(&Request{Sheddable: true}); !ok {
-		t.Error("sheddable request keyless with slower_gpu_wait (it is exempt from the rule)")
 	}
 }

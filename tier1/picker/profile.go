@@ -67,27 +67,6 @@ type SaturationConfig struct {
 	// sent to pods that would hold a standard one. Lower sheds batch work
 	// sooner to keep the others' TTFT down (docs/tier1-scheduling.md).
 	SheddableWait time.Duration `yaml:"sheddable_wait"`
-	// SlowerGPUWait, when > 0 and holding is on, makes a pod of a slower
-	// hardware class (GPU and GPUs per pod) busy for a non-sheddable
-	// request once its queued prefill plus the request's extra prefill
-	// time there, against the fastest class's mean speed, reaches
-	// max(PrefillWait, SlowerGPUWait): on a mixed fleet an idle slow pod
-	// no longer stops the router from holding a request for a fast one.
-	// Pods of no known class are judged by PrefillWait alone. 0 = off, the
-	// default: on fleets whose slow class is a large share of the capacity
-	// it starves that class under overload (docs/benchmarks.md, "Holding
-	// for a faster GPU"); examples/picker-hold-for-fast-gpus.yaml sets 1s.
-	SlowerGPUWait time.Duration `yaml:"slower_gpu_wait"`
-}
-
-// WaitOrderConfig orders the router's wait queue within one priority
-// (tier1/admission.Order). The zero value is arrival order.
-type WaitOrderConfig struct {
-	// ShortestPrefill, when > 0, ranks a waiter by its arrival time plus
-	// ShortestPrefill × its estimated prefill time (Scheduler.PrefillTime):
-	// shorter prefills go first, and a waiter is passed only by requests
-	// arriving less than ShortestPrefill × its own prefill time after it.
-	ShortestPrefill float64 `yaml:"shortest_prefill"`
 }
 
 // ProfileConfig is one scheduling profile: filters run in order, enabled
@@ -103,7 +82,6 @@ type ProfileConfig struct {
 	StaleAfter time.Duration    `yaml:"stale_after"` // metrics older than this are stale
 	MaxRanked  int              `yaml:"max_ranked"`  // len(Result.Ranked) cap; 0 = 5, <0 = all
 	Saturation SaturationConfig `yaml:"saturation"`
-	WaitOrder  WaitOrderConfig  `yaml:"wait_order"`
 	// SpeedPooling (0..1) is the weight of a pod's hardware class in its
 	// learned prefill speed: pods with the same GPU and GPUs per pod (both
 	// known) use (1−w)·own + w·class mean, so that estimation noise does
@@ -316,14 +294,11 @@ func (c *ProfileConfig) Validate() error {
 	if c.StaleAfter < 0 {
 		errs = append(errs, fmt.Errorf("stale_after %v is negative", c.StaleAfter))
 	}
-	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 || c.Saturation.SheddableWait < 0 || c.Saturation.SlowerGPUWait < 0 {
+	if c.Saturation.QueueThreshold < 0 || c.Saturation.KVThreshold < 0 || c.Saturation.PrefillWait < 0 || c.Saturation.SheddableWait < 0 {
 		errs = append(errs, errors.New("saturation thresholds must not be negative"))
 	}
 	if !(c.SpeedPooling >= 0 && c.SpeedPooling <= 1) {
 		errs = append(errs, fmt.Errorf("speed_pooling %v must be in [0, 1]", c.SpeedPooling))
-	}
-	if !(c.WaitOrder.ShortestPrefill >= 0) {
-		errs = append(errs, fmt.Errorf("wait_order.shortest_prefill %v must be ≥ 0", c.WaitOrder.ShortestPrefill))
 	}
 	return errors.Join(errs...)
 }
@@ -338,7 +313,6 @@ type profileOverlay struct {
 	StaleAfter *time.Duration     `yaml:"stale_after"`
 	MaxRanked  *int               `yaml:"max_ranked"`
 	Saturation *saturationOverlay `yaml:"saturation"`
-	WaitOrder  *WaitOrderConfig   `yaml:"wait_order"`
 	// SpeedPooling is a pointer so that 0 turns the default's pooling off.
 	SpeedPooling *float64 `yaml:"speed_pooling"`
 }
@@ -350,7 +324,6 @@ type saturationOverlay struct {
 	KVThreshold    float64        `yaml:"kv_threshold"`
 	PrefillWait    *time.Duration `yaml:"prefill_wait"`
 	SheddableWait  *time.Duration `yaml:"sheddable_wait"`
-	SlowerGPUWait  *time.Duration `yaml:"slower_gpu_wait"`
 }
 
 type scorerOverlay struct {
@@ -413,15 +386,9 @@ func (c *ProfileConfig) UnmarshalYAML(n *yaml.Node) error {
 		if o.Saturation.SheddableWait != nil {
 			base.Saturation.SheddableWait = *o.Saturation.SheddableWait
 		}
-		if o.Saturation.SlowerGPUWait != nil {
-			base.Saturation.SlowerGPUWait = *o.Saturation.SlowerGPUWait
-		}
 	}
 	if o.SpeedPooling != nil {
 		base.SpeedPooling = *o.SpeedPooling
-	}
-	if o.WaitOrder != nil {
-		base.WaitOrder = *o.WaitOrder
 	}
 	for _, so := range o.Scorers {
 		i := slices.IndexFunc(base.Scorers, func(s ScorerConfig) bool { return s.Name == so.Name })

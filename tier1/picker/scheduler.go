@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Sentinel errors returned by Schedule.
@@ -123,7 +122,6 @@ type profile struct {
 // cycle is the reusable per-Schedule scratch.
 type cycle struct {
 	cs     cycleState
-	slower slowerClasses
 	names  []string
 	match  []int
 	marker []int // sessionKnown's match, apart from match (cycleState.prefixLen)
@@ -156,9 +154,6 @@ func (s *Scheduler) Update(cfg ProfileConfig) error {
 
 // Profile returns the configuration in force (a copy).
 func (s *Scheduler) Profile() ProfileConfig { return s.prof.Load().cfg.Clone() }
-
-// WaitOrder returns the profile's wait-queue order.
-func (s *Scheduler) WaitOrder() WaitOrderConfig { return s.prof.Load().cfg.WaitOrder }
 
 // Saturation returns the profile's saturation detector.
 func (s *Scheduler) Saturation() SaturationDetector { return s.prof.Load().sat }
@@ -304,15 +299,11 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 		prior = newSpeedPrior(cands, 0, p.cfg.SpeedPooling)
 	}
 	busy := false
-	// Sheddable (batch) requests may use slower GPUs whatever the wait.
-	slower := wait > 0 && p.cfg.Saturation.SlowerGPUWait > 0 && !req.Sheddable
-	slowerLimit := max(wait, p.cfg.Saturation.SlowerGPUWait)
-	c.slower.ready = false
-	for i, pod := range cands {
+	for _, pod := range cands {
 		if p.sat.Saturated(pod) {
 			continue
 		}
-		if p.sat.BusyFor(req, pod, prior.of(pod)) || slower && s.busyOnSlowerGPU(c, req, cands, i, &prior, slowerLimit) {
+		if p.sat.BusyFor(req, pod, prior.of(pod)) {
 			busy = true
 			continue
 		}
@@ -326,29 +317,6 @@ func (s *Scheduler) ScheduleInto(res *Result, req *Request, pods []*Pod) error {
 	return ErrSaturated
 }
 
-// busyOnSlowerGPU reports whether cands[i], of a slower hardware class
-// than the fastest candidates', is busy for req by
-// saturation.slower_gpu_wait: its queue plus req's own extra prefill time
-// there against the fastest class reaches limit. Without it an idle slow
-// pod keeps the router from holding a request for a fast one (a
-// 2,000-token prompt takes ~0.9 s on an A10G, ~0.1 s on an H100). The
-// class means are computed once per cycle, on the first call.
-func (s *Scheduler) busyOnSlowerGPU(c *cycle, req *Request, cands []*Pod, i int, prior *speedPrior, limit time.Duration) bool {
-	if !c.slower.ready {
-		c.slower.init(cands, prior)
-	}
-	pod := cands[i]
-	extra, v := c.slower.extra(pod), prior.of(pod)
-	if !(extra > 0 && v > 0) {
-		return false
-	}
-	var matched []int
-	if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
-		matched = c.cs.prefixMatch(s.opts.Tracker, req, cands)
-	}
-	return float64(pod.InFlightUncachedTokens)/v+uncachedTokens(req, matched, i)*extra >= limit.Seconds()
-}
-
 // PrefillSpeeds appends to out, for each of pods (as Tracker.Apply filled
 // them), the prefill speed in tokens/s the scheduler's scorers and busy
 // check use for it: its learned speed pooled with its hardware class
@@ -360,27 +328,6 @@ func (s *Scheduler) PrefillSpeeds(pods []*Pod, out []float64) []float64 {
 		out = append(out, prior.of(p))
 	}
 	return out
-}
-
-// PrefillTime estimates how long req's prefill takes at best among pods:
-// the least, over pods, of its prompt tokens not in the pod's prefix cache
-// (as the router's prefix index has it) at the pod's learned prefill speed
-// (else the pods' mean, else 8,000 tokens/s). It ranks waiting requests
-// (admission.Order); pods are the candidates as Tracker.Apply filled them.
-func (s *Scheduler) PrefillTime(req *Request, pods []*Pod) time.Duration {
-	if len(pods) == 0 {
-		return 0
-	}
-	var matched []int
-	if len(req.BlockHashes) > 0 && s.opts.Tracker != nil {
-		matched = (&cycleState{}).prefixMatch(s.opts.Tracker, req, pods)
-	}
-	prior := newSpeedPrior(pods, defaultPrefillSpeed, s.prof.Load().cfg.SpeedPooling)
-	best := math.Inf(1)
-	for i, p := range pods {
-		best = min(best, uncachedTokens(req, matched, i)/prior.of(p))
-	}
-	return time.Duration(best * float64(time.Second))
 }
 
 func (s *Scheduler) seed() uint64 {
@@ -415,12 +362,9 @@ type HoldKey struct {
 	Model, BaseModel, Pool, Adapter string
 }
 
-// HoldKey returns req's HoldKey, and false when the answer also depends on
-// req's own prompt (saturation.slower_gpu_wait reads its uncached tokens),
-// so that no other request's answer stands for it.
+// HoldKey returns req's HoldKey, and whether other requests' answers can
+// stand for req's: always true now that no rule reads a request's own
+// prompt; callers (admission.Pass) keep the flag for such a rule.
 func (s *Scheduler) HoldKey(req *Request) (HoldKey, bool) {
-	if s.prof.Load().cfg.Saturation.SlowerGPUWait > 0 && !req.Sheddable {
-		return HoldKey{}, false
-	}
 	return HoldKey{Model: req.Model, BaseModel: req.BaseModel, Pool: req.Pool, Adapter: req.Adapter}, true
 }

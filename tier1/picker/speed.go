@@ -180,39 +180,3 @@ func (s *speedPrior) of(p *Pod) float64 {
 	}
 	return s.mean
 }
-
-// slowerClasses holds one cycle's mean prefill speed per hardware class
-// (GPU and GPUs per pod), for SaturationConfig.SlowerGPUWait: a pod's
-// extra seconds per uncached token against the fastest class. Classes, not
-// pods, so that learned-speed noise between pods of one class (it reaches
-// 2× on a busy fleet) never marks one of them slower.
-type slowerClasses struct {
-	classes speedClasses
-	fastest float64 // the fastest class's mean speed, tokens/s
-	ready   bool    // init ran this cycle
-}
-
-// init computes the class means of prior's speeds over pods.
-func (s *slowerClasses) init(pods []*Pod, prior *speedPrior) {
-	*s = slowerClasses{ready: true}
-	for _, p := range pods {
-		if v := prior.of(p); v > 0 {
-			s.classes.add(p, v)
-		}
-	}
-	for k := range s.classes.len {
-		if s.classes.n[k] > 0 {
-			s.fastest = max(s.fastest, s.classes.mean(k))
-		}
-	}
-}
-
-// extra is 1/(p's class speed) − 1/(the fastest class's speed) in seconds
-// per token: 0 for the fastest class and for pods of no known class.
-func (s *slowerClasses) extra(p *Pod) float64 {
-	k := s.classes.find(p, false)
-	if k < 0 || s.classes.n[k] == 0 || s.fastest <= 0 {
-		return 0
-	}
-	return max(0, 1/s.classes.mean(k)-1/s.fastest)
-}
