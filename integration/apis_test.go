@@ -14,7 +14,7 @@ import (
 	"github.com/infergate/infergate/devstack"
 )
 
-// startDevStack runs make run's stack (`infergate dev`: devstack with its
+// startDevStack runs make run's stack (`infergate-lab dev`: devstack with its
 // default topology, four clusters of simulated pods in two regions) in
 // process, on free ports.
 func startDevStack(t *testing.T) *devstack.Stack {

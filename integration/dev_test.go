@@ -16,16 +16,16 @@ import (
 
 var exportRE = regexp.MustCompile(`(?m)^export (OPENAI_BASE_URL|OPENAI_API_KEY|INFERGATE_ADMIN_URL|INFERGATE_ADMIN_TOKEN)=(\S+)$`)
 
-// TestDev runs `infergate dev` as a developer would, takes the exports it
+// TestDev runs `infergate-lab dev` as a developer would, takes the exports it
 // prints, and points the OpenAI client at them through the environment
 // alone, as `export` then a script would. Ctrl-C must stop it cleanly.
 func TestDev(t *testing.T) {
 	needBinary(t)
 	p := startProc(t, "dev", "dev", "--port", "0", "--admin-port", "0", "--time-scale", "0.05")
 	vars := map[string]string{}
-	waitFor(t, "infergate dev to print its exports", 60*time.Second, func() error {
+	waitFor(t, "infergate-lab dev to print its exports", 60*time.Second, func() error {
 		if p.exited() {
-			t.Fatalf("infergate dev exited: %v\n%s", p.err, tail(p.logs.String(), 20))
+			t.Fatalf("infergate-lab dev exited: %v\n%s", p.err, tail(p.logs.String(), 20))
 		}
 		for _, m := range exportRE.FindAllStringSubmatch(p.stdout.String(), -1) {
 			vars[m[1]] = m[2]
@@ -75,6 +75,6 @@ func TestDev(t *testing.T) {
 	}
 
 	if err := p.interrupt(t, 20*time.Second); err != nil {
-		t.Fatalf("infergate dev after Ctrl-C: %v\n%s", err, tail(p.logs.String(), 20))
+		t.Fatalf("infergate-lab dev after Ctrl-C: %v\n%s", err, tail(p.logs.String(), 20))
 	}
 }

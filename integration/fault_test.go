@@ -66,7 +66,7 @@ func requireNoFailedBefore(t *testing.T, f figures) {
 }
 
 // podCluster is one Tier 1 in front of simulated pods, each its own
-// `infergate sim` process so that one can be killed alone.
+// `infergate-lab sim` process so that one can be killed alone.
 type podCluster struct {
 	url, token string
 	metrics    string // Tier 1's /metrics URL (its own listener)

@@ -22,7 +22,7 @@ import (
 // timeScale runs the simulated GPUs 20 times faster than real time.
 const timeScale = 0.05
 
-// stack is the whole topology as separate processes: one `infergate sim
+// stack is the whole topology as separate processes: one `infergate-lab sim
 // --fleet` hosting every simulated pod (they stand in for GPUs), one
 // `infergate tier1` per cluster registering itself in a real Consul agent,
 // one `infergate tier2` that finds the clusters only through Consul and keeps

@@ -64,10 +64,8 @@ type Engine struct {
 	loopIt  *loopItem
 	inDirty bool
 
-	// kvEvents hears the prefix cache change (kvevents.go); only the
-	// engine it was attached to (kvOwner) reports, never a Clone.
+	// kvEvents hears the prefix cache change (kvevents.go).
 	kvEvents KVEvents
-	kvOwner  *Engine
 	kvEvict  func(hash uint64)
 }
 

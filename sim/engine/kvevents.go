@@ -17,30 +17,19 @@ type KVEvents interface {
 	AllBlocksCleared()
 }
 
-// SetKVEvents attaches l to the engine (nil detaches it). A Clone of the
-// engine does not report to it.
+// SetKVEvents attaches l to the engine (nil detaches it).
 func (e *Engine) SetKVEvents(l KVEvents) {
-	e.kvEvents, e.kvOwner, e.kvEvict = l, e, nil
+	e.kvEvents, e.kvEvict = l, nil
 	if l != nil {
 		e.kvEvict = l.BlockRemoved
 	}
 }
 
-// kvListener is the attached listener, nil in a Clone or when none is.
-func (e *Engine) kvListener() KVEvents {
-	if e.kvOwner != e {
-		return nil
-	}
-	return e.kvEvents
-}
+// kvListener is the attached listener, nil when none is.
+func (e *Engine) kvListener() KVEvents { return e.kvEvents }
 
 // evictHook is what allocAnon calls per evicted block (nil: nothing).
-func (e *Engine) evictHook() func(uint64) {
-	if e.kvOwner != e {
-		return nil
-	}
-	return e.kvEvict
-}
+func (e *Engine) evictHook() func(uint64) { return e.kvEvict }
 
 func (e *Engine) reportStored(l KVEvents, s *seq, i int) {
 	var parent uint64

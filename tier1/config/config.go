@@ -77,6 +77,17 @@ type Config struct {
 	// Tracing exports OpenTelemetry spans (docs/tracing.md); off by
 	// default. Read at start; a change needs a restart.
 	Tracing tracing.Config `yaml:"tracing"`
+
+	// Status is the status page on the metrics listener
+	// (docs/operations.md).
+	Status StatusConfig `yaml:"status"`
+}
+
+// StatusConfig sizes what the status page keeps.
+type StatusConfig struct {
+	// Decisions is how many recent routing decisions are kept for
+	// /status and /debug/decisions; default 200.
+	Decisions int `yaml:"decisions"`
 }
 
 // KubernetesConfig is Kubernetes pod discovery; it is on when Sources is
@@ -161,7 +172,9 @@ type TimeoutConfig struct {
 }
 
 // RetryConfig bounds retries on the next-best pod when a pod fails before
-// its first response byte (connect error, 5xx, 429).
+// its first response byte, by the rule both tiers share: a connect error,
+// a timeout, or a status shared/relay.Retryable accepts (5xx, 429, 404,
+// 401/403).
 type RetryConfig struct {
 	MaxAttempts int           `yaml:"max_attempts"` // attempts in total; default 3, 1 disables retry
 	Budget      time.Duration `yaml:"budget"`       // no new attempt after this since the first; default 10s
@@ -237,6 +250,8 @@ const (
 	DefaultPodHeader      = "x-infergate-pod"
 	DefaultMaxBodyBytes   = 16 << 20
 	DefaultReloadInterval = time.Second
+	// DefaultStatusDecisions is status.decisions' default.
+	DefaultStatusDecisions = 200
 )
 
 // SetDefaults fills zero fields.
@@ -293,6 +308,9 @@ func (c *Config) SetDefaults() {
 		c.Scrape.UnreadyAfter = 2
 	}
 	def(&c.ReloadInterval, DefaultReloadInterval)
+	if c.Status.Decisions == 0 {
+		c.Status.Decisions = DefaultStatusDecisions
+	}
 	if isZeroProfile(c.Scheduler) {
 		c.Scheduler = picker.DefaultProfile()
 	}
@@ -346,6 +364,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Queue.MaxLen < 0 {
 		add("queue.max_len %d is negative", c.Queue.MaxLen)
+	}
+	if c.Status.Decisions < 1 || c.Status.Decisions > 10000 {
+		add("status.decisions %d: want 1 to 10000", c.Status.Decisions)
 	}
 	if c.Scrape.UnreadyAfter < 1 {
 		add("scrape.unready_after %d must be at least 1", c.Scrape.UnreadyAfter)

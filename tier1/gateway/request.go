@@ -25,14 +25,15 @@ const (
 
 // HeaderSessionID is the client's conversation key (AIBrix's and
 // production-stack's x-session-id). It is an ordinary client header,
-// forwarded as is; the router reads it only as a session-affinity hint.
+// forwarded as is; the router reads it only as a hint for the
+// session-balance scorer.
 const HeaderSessionID = "X-Session-Id"
 
 // maxSessionKey bounds the session key kept per request; longer keys are
 // cut (the picker hashes it anyway).
 const maxSessionKey = 256
 
-// sessionKey is the request's session key for the session-affinity score:
+// sessionKey is the request's session key for the session-balance score:
 // the x-session-id header, else the body's prompt_cache_key, else its
 // user. Client-supplied, so it only ever feeds a soft score.
 func sessionKey(hdr string, b *inferenceBody) string {
