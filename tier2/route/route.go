@@ -85,6 +85,7 @@ var (
 	ErrUnknownModel = errors.New("no cluster serves this model")
 	// ErrNoCandidates: clusters serve the model but none may take the
 	// request now (drained, breakers open, or outside a pinned region).
+	// Plan returns it as a *NoCandidatesError, which says why.
 	ErrNoCandidates = errors.New("no cluster available for this model")
 	// ErrBreakerOpen: Begin refused the cluster (its breaker is open, or
 	// half-open with its probe already in flight).
@@ -253,6 +254,14 @@ type clusterState struct {
 	summaryAt time.Time // when we received it
 	pollFails int       // consecutive
 	models    map[string]*modelState
+
+	// For the admin API (ClusterInfo): the last poll, the last failed
+	// poll, and the last failure of any kind (poll or request attempt).
+	polledAt              time.Time
+	pollErr               string
+	pollErrAt             time.Time
+	lastErr, lastErrModel string
+	lastErrAt             time.Time
 }
 
 type modelState struct {
@@ -373,9 +382,13 @@ func (r *Router) store(c discovery.Cluster, sum *cluster.LoadSummary, err error)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.stateLocked(c)
+	now := time.Now()
+	st.polledAt = now
 	if err != nil {
 		r.mPolls.WithLabelValues(c.Name, "error").Inc()
 		st.pollFails++
+		st.pollErr, st.pollErrAt = err.Error(), now
+		st.lastErr, st.lastErrModel, st.lastErrAt = "load poll: "+err.Error(), "", now
 		if st.pollFails == 2 {
 			r.log.Warn("tier1 load polls failing", "cluster", c.Name, "err", err)
 		}
@@ -397,7 +410,7 @@ func (r *Router) store(c discovery.Cluster, sum *cluster.LoadSummary, err error)
 	r.mPolls.WithLabelValues(c.Name, "ok").Inc()
 	st.pollFails = 0
 	st.summary = sum
-	st.summaryAt = time.Now()
+	st.summaryAt = now
 	for _, ms := range st.models {
 		ms.sincePoll = 0
 		ms.gen++
@@ -591,6 +604,16 @@ func (r *Router) candidates(req Request) ([]Candidate, error) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var ex *NoCandidatesError // what was excluded, made on the first exclusion
+	exclude := func() *NoCandidatesError {
+		if ex == nil {
+			ex = &NoCandidatesError{Model: req.Model}
+			if req.Policy == RegionPinned {
+				ex.Region = req.Region
+			}
+		}
+		return ex
+	}
 	serving := 0
 	cands := make([]Candidate, 0, len(clusters))
 	for _, c := range clusters {
@@ -600,12 +623,24 @@ func (r *Router) candidates(req Request) ([]Candidate, error) {
 			continue
 		}
 		serving++
+		if req.Policy == RegionPinned && c.Region != req.Region {
+			exclude().OutsideRegion++
+			continue
+		}
 		ov := overrides[c.Name]
-		if ov.Drain || (req.Policy == RegionPinned && c.Region != req.Region) {
+		if ov.Drain {
+			exclude().Drained++
 			continue
 		}
 		ms := r.modelLocked(c, st, req.Model)
 		if ms.breaker.State() == gobreaker.StateOpen {
+			e := exclude()
+			e.BreakerOpen++
+			// Open → half-open after OpenTimeout from the trip.
+			wait := max(time.Unix(0, ms.since.Load()).Add(r.opts.Breaker.OpenTimeout).Sub(now), 0)
+			if e.BreakerOpen == 1 || wait < e.RetryAfter {
+				e.RetryAfter = wait
+			}
 			continue
 		}
 		cand := Candidate{Cluster: c, Cost: r.effectiveCost(c, ov), Utilization: r.utilAtLocked(c, st, req.Model, sum), ErrorRate: ms.errorRate(now)}
@@ -616,7 +651,8 @@ func (r *Router) candidates(req Request) ([]Candidate, error) {
 		return nil, ErrUnknownModel
 	}
 	if len(cands) == 0 {
-		return nil, ErrNoCandidates
+		ex.Serving = serving
+		return nil, ex
 	}
 	return cands, nil
 }
@@ -841,6 +877,9 @@ func (a *Attempt) Done(err error) {
 		st := a.r.states[a.c.ID]
 		if st == nil {
 			return
+		}
+		if outcome == "failure" {
+			st.lastErr, st.lastErrModel, st.lastErrAt = err.Error(), a.model, time.Now()
 		}
 		ms := st.models[a.model]
 		if ms == nil {
