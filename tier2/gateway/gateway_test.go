@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -56,6 +57,15 @@ func (l *fakeLimiter) lastFinished() []int {
 	return append([]int(nil), l.finished...)
 }
 
+// finished waits until n admissions were settled and returns them all:
+// Tier 2 settles after the answer is written, so a client may read the
+// whole answer a moment before its settlement.
+func (l *fakeLimiter) settled(t *testing.T, n int) []int {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d settlements", n), func() bool { return len(l.lastFinished()) >= n })
+	return l.lastFinished()
+}
+
 func TestProxyBasics(t *testing.T) {
 	a := newTier1(t, "a", "east", "m")
 	lim := &fakeLimiter{}
@@ -81,7 +91,7 @@ func TestProxyBasics(t *testing.T) {
 	if got := up.Header.Get("Authorization"); got != "Bearer "+tier1Token {
 		t.Errorf("tier1 saw Authorization %q", got)
 	}
-	if got := lim.lastFinished(); len(got) != 1 || got[0] != 12 {
+	if got := lim.settled(t, 1); len(got) != 1 || got[0] != 12 {
 		t.Errorf("reconciled tokens = %v, want [12]", got)
 	}
 	if lim.est[0] < 50 {
@@ -228,7 +238,7 @@ func TestStreamingUsage(t *testing.T) {
 	if sent.StreamOptions["include_usage"] != true || sent.StreamOptions["foo"] != float64(1) {
 		t.Errorf("tier1 got stream_options %v", sent.StreamOptions)
 	}
-	if got := lim.lastFinished(); len(got) != 1 || got[0] != 8 {
+	if got := lim.settled(t, 1); len(got) != 1 || got[0] != 8 {
 		t.Errorf("reconciled = %v, want [8]", got)
 	}
 
@@ -238,7 +248,7 @@ func TestStreamingUsage(t *testing.T) {
 	if len(data) != 5 || !strings.Contains(data[3], `"total_tokens":8`) {
 		t.Fatalf("client stream with usage = %q", r.body)
 	}
-	if got := lim.lastFinished(); len(got) != 2 || got[1] != 8 {
+	if got := lim.settled(t, 2); len(got) != 2 || got[1] != 8 {
 		t.Errorf("reconciled = %v", got)
 	}
 	// Both streams' usage is counted against the cluster that served them.
@@ -339,7 +349,7 @@ func TestNoRetryAfterBytes(t *testing.T) {
 	// Charged like a cancelled request: the prompt estimate of the body
 	// Tier 1 got plus the one event relayed, not the max_tokens bound.
 	_, sent := a.lastRequest()
-	if got, want := lim.lastFinished(), len(sent)/4+1+1; len(got) != 1 || got[0] != want {
+	if got, want := lim.settled(t, 1), len(sent)/4+1+1; len(got) != 1 || got[0] != want {
 		t.Errorf("broken stream charged %v, want [%d]", got, want)
 	}
 }

@@ -25,7 +25,7 @@ func TestDoneThenBreak(t *testing.T) {
 	if n := s.metric(t, "infergate_tier2_attempts_total", map[string]string{"cluster": "a", "outcome": "failure"}); n != 0 {
 		t.Errorf("a whole stream counted %v failures", n)
 	}
-	if got := lim.lastFinished(); len(got) != 1 || got[0] != 8 {
+	if got := lim.settled(t, 1); len(got) != 1 || got[0] != 8 {
 		t.Errorf("reconciled %v, want the stream's usage [8]", got)
 	}
 }
@@ -40,7 +40,7 @@ func TestIncludeUsageBytes(t *testing.T) {
 	s := newStack(t, stackOpts{src: static(t, a.cluster(1, 100)), gateway: func(o *gateway.Options) { o.Limiter = lim }})
 	const msgs = `[ {"role" : "system","content":"Réponds <b>brièvement</b> & poliment.\u00e9"},` + "\n\t" +
 		`{"role":"user",   "content":"日本語 ✓ émoji 🎉 <script>&amp;</script> \"quoted\"\n"} ]`
-	for _, tc := range []struct{ name, body, want string }{
+	for i, tc := range []struct{ name, body, want string }{
 		{"no stream_options",
 			"{ \"model\":\"m\",\n  \"stream\" : true,\"messages\":" + msgs + ",\"temperature\": 0.5 \n}\n",
 			"{ \"model\":\"m\",\n  \"stream\" : true,\"messages\":" + msgs + ",\"temperature\": 0.5,\"stream_options\":{\"include_usage\":true} \n}\n"},
@@ -66,7 +66,7 @@ func TestIncludeUsageBytes(t *testing.T) {
 			if err != nil || !bytes.Equal(sent.Messages, recv.Messages) || !recv.StreamOptions.IncludeUsage {
 				t.Fatalf("tier1 reads other messages or no include_usage: %v", err)
 			}
-			if fin := lim.lastFinished(); fin[len(fin)-1] != 8 {
+			if fin := lim.settled(t, i+1); fin[len(fin)-1] != 8 {
 				t.Errorf("reconciled %v, want the stream's usage 8", fin)
 			}
 		})
