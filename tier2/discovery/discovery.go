@@ -108,6 +108,8 @@ type Discovery struct {
 	mu       sync.Mutex
 	clusters []Cluster
 	lastGood time.Time // zero until Consul answered once
+	lastErr  error     // the last query's error; nil after a good answer
+	errAt    time.Time
 	changed  chan struct{}
 
 	mQueries *prometheus.CounterVec
@@ -239,6 +241,29 @@ func (d *Discovery) LastGood() time.Time {
 	return d.lastGood
 }
 
+// Status is discovery's state for the admin API.
+type Status struct {
+	Consul      bool   // watching Consul; false: the static list
+	Address     string // Consul's address as configured
+	Reachable   bool   // Consul's last answer was good (the last query did not fail)
+	LastSuccess time.Time
+	LastError   error // the last query's error, nil once a query succeeds again
+	LastErrorAt time.Time
+	Clusters    int // in the list in use
+}
+
+// Status reports where discovery stands.
+func (d *Discovery) Status() Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := Status{Consul: d.client != nil, LastSuccess: d.lastGood, LastError: d.lastErr, LastErrorAt: d.errAt, Clusters: len(d.clusters)}
+	if d.opts.Consul != nil {
+		st.Address = d.opts.Consul.Address
+	}
+	st.Reachable = st.Consul && d.lastErr == nil && !d.lastGood.IsZero()
+	return st
+}
+
 // Run watches Consul until ctx ends. Without Consul it just waits.
 func (d *Discovery) Run(ctx context.Context) error {
 	if d.client == nil {
@@ -261,6 +286,9 @@ func (d *Discovery) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			d.mQueries.WithLabelValues("error").Inc()
+			d.mu.Lock()
+			d.lastErr, d.errAt = err, time.Now()
+			d.mu.Unlock()
 			// The agent may come back as a different (restarted, restored)
 			// one whose index is behind ours: ask without blocking first.
 			index = 0
@@ -296,6 +324,7 @@ func (d *Discovery) update(cs []Cluster) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.lastGood = time.Now()
+	d.lastErr = nil
 	if equal(d.clusters, cs) {
 		return
 	}

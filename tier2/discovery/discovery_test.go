@@ -76,6 +76,9 @@ func TestStaticWithoutConsul(t *testing.T) {
 	if cs[0].CostUnit != cluster.CostPerGPUHour {
 		t.Errorf("default cost unit = %q", cs[0].CostUnit)
 	}
+	if st := d.Status(); st.Consul || st.Reachable || st.Clusters != 2 || !st.LastSuccess.IsZero() {
+		t.Errorf("static status = %+v", st)
+	}
 }
 
 func TestStaticValidation(t *testing.T) {
@@ -215,11 +218,21 @@ func TestConsulWatch(t *testing.T) {
 	if age := time.Since(d.LastGood()); age < 250*time.Millisecond {
 		t.Errorf("last good answer is %v old while Consul is down", age)
 	}
+	// The admin API's view: unreachable, the error and when, the last
+	// success kept, the clusters still in use.
+	st := d.Status()
+	if !st.Consul || st.Reachable || st.LastError == nil || st.LastErrorAt.IsZero() || st.LastSuccess.IsZero() ||
+		st.LastErrorAt.Before(st.LastSuccess) || st.Clusters != 1 || st.Address != consul.Addr() {
+		t.Errorf("status with Consul down = %+v", st)
+	}
 
 	// A fresh dev agent has index 1-ish and no services: the watch must
 	// reset its index and see the empty catalog rather than block forever.
 	consul.Start()
 	waitFor(t, 5*time.Second, "restart followed", func() bool { return len(d.Clusters()) == 0 })
+	if st := d.Status(); !st.Reachable || st.LastError != nil || st.Clusters != 0 {
+		t.Errorf("status with Consul back = %+v", st)
+	}
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, name, result string) float64 {
