@@ -692,6 +692,7 @@ func (c *cluster) testChurn(t *testing.T) {
 		at     time.Time
 		status int
 		pod    string
+		body   string
 	}
 	var (
 		mu   sync.Mutex
@@ -712,7 +713,7 @@ func (c *cluster) testChurn(t *testing.T) {
 				at := time.Now()
 				got := r.chat(t, false, 8)
 				mu.Lock()
-				log = append(log, sent{at, got.status, got.pod})
+				log = append(log, sent{at, got.status, got.pod, got.body})
 				mu.Unlock()
 			}
 		}()
@@ -747,7 +748,7 @@ func (c *cluster) testChurn(t *testing.T) {
 	served := map[string]int{}
 	for _, s := range log {
 		if s.status != 200 {
-			t.Errorf("request at %v failed: %d", s.at.Sub(start), s.status)
+			t.Errorf("request at %v failed: %d %s", s.at.Sub(start), s.status, s.body)
 			continue
 		}
 		served[s.pod]++
