@@ -108,6 +108,41 @@ func (r *resource) takeUpTo(n int64) int64 {
 	return got
 }
 
+// leaseCap is the most one replica leases of r: limit × MaxLeaseFraction
+// ÷ Replicas, at least 1.
+func (l *Limiter) leaseCap(r *resource) int64 {
+	return max(int64(float64(r.limit)*l.opts.MaxLeaseFraction/float64(l.opts.Replicas)), 1)
+}
+
+// reserve is how much of a rate or budget limit Redis keeps out of
+// leases (op.Rsv): what all replicas' leases together may hold (counting
+// at least two replicas, in case limits.replicas is left at 1), about
+// limit × MaxLeaseFraction. In that last part of a window or budget
+// every admission is decided by Redis, so replicas agree on what is left
+// and, once earlier leases have been spent or lapsed (LeaseTTL), none
+// refuses while another parks the last units in a lease. One replica in
+// memory needs none.
+func (l *Limiter) reserve(r *resource) int64 {
+	if !l.shared {
+		return 0
+	}
+	return l.leaseCap(r) * int64(max(l.opts.Replicas, 2))
+}
+
+// nearLimit reports whether, as of the last sync, what is left of r is
+// within the reserve: Redis grants no lease then, so a refill would be a
+// wasted call; one is tried again after FlushInterval, when the window
+// may have moved on.
+func (l *Limiter) nearLimit(r *resource, now time.Time) bool {
+	return l.shared && !r.syncedAt.IsZero() && r.limit-r.used <= l.reserve(r) && now.Sub(r.syncedAt) < l.opts.FlushInterval
+}
+
+// wantsLease reports whether r's lease is low enough to refill.
+func (l *Limiter) wantsLease(r *resource, now time.Time) bool {
+	t := l.leaseTarget(r)
+	return t > 0 && r.avail(now) < t/2 && !l.nearLimit(r, now)
+}
+
 // leaseTarget is how many units to hold locally: what this replica used
 // in LeaseTTL at its recent rate, capped so one replica cannot hoard.
 func (l *Limiter) leaseTarget(r *resource) int64 {
@@ -126,8 +161,7 @@ func (l *Limiter) leaseTarget(r *resource) int64 {
 func (l *Limiter) slowStart(r *resource, target, n int64, now time.Time) int64 {
 	ask := target
 	if now.Sub(r.lastFetch) < l.opts.LeaseTTL/2 {
-		capN := max(int64(float64(r.limit)*l.opts.MaxLeaseFraction/float64(l.opts.Replicas)), 1)
-		ask = max(target, min(2*r.lastAsk, capN))
+		ask = max(target, min(2*r.lastAsk, l.leaseCap(r)))
 	}
 	r.lastAsk, r.lastFetch = max(ask, n), now
 	return ask

@@ -133,7 +133,7 @@ func (m *memBackend) run(_ context.Context, keys []string, ops []*op, replica st
 		case o.RO:
 		case o.K == opWindow:
 			if ok {
-				grant = min(o.Need+o.Ask, max(o.Lim-s.used, 0))
+				grant = min(o.Need+max(min(o.Ask, o.Lim-s.used-o.Need-o.Rsv), 0), max(o.Lim-s.used, 0))
 				if grant > 0 {
 					m.windows[key][s.cur] += grant
 					s.used += grant
@@ -142,7 +142,7 @@ func (m *memBackend) run(_ context.Context, keys []string, ops []*op, replica st
 			}
 		case o.K == opBudget:
 			if ok {
-				grant = min(o.Need+o.Ask, max(o.Lim-s.used, 0))
+				grant = min(o.Need+max(min(o.Ask, o.Lim-s.used-o.Need-o.Rsv), 0), max(o.Lim-s.used, 0))
 				m.budgets[key] += grant
 				s.used = m.budgets[key]
 			}

@@ -27,13 +27,18 @@ const (
 // op is one resource's part of a sync. Field names are short because they
 // travel as JSON to the Lua script on every call.
 type op struct {
-	K      string      `json:"k"`
-	Key    int         `json:"key"`            // 1-based index into KEYS
-	DKey   int         `json:"dkey,omitempty"` // conc: deadline ZSET
-	UKey   int         `json:"ukey,omitempty"` // conc: HASH replica -> slots in use
-	Lim    int64       `json:"lim"`
-	Need   int64       `json:"need"` // must all be granted or the whole call is denied
-	Ask    int64       `json:"ask"`  // best-effort extra (a lease)
+	K    string `json:"k"`
+	Key  int    `json:"key"`            // 1-based index into KEYS
+	DKey int    `json:"dkey,omitempty"` // conc: deadline ZSET
+	UKey int    `json:"ukey,omitempty"` // conc: HASH replica -> slots in use
+	Lim  int64  `json:"lim"`
+	Need int64  `json:"need"` // must all be granted or the whole call is denied
+	Ask  int64  `json:"ask"`  // best-effort extra (a lease)
+	// Rsv (window, budget): grant the Ask only from what leaves at least
+	// this much of the limit ungranted, so the last units of a window or
+	// budget are granted one admission at a time and no replica parks them
+	// in a lease while another is refused (docs/tier2-limits.md).
+	Rsv    int64       `json:"rsv,omitempty"`
 	W      int64       `json:"w,omitempty"`
 	N      int64       `json:"n,omitempty"`
 	Ref    [][2]int64  `json:"ref,omitempty"`   // window: [bucket, refund]

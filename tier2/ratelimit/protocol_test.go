@@ -68,6 +68,13 @@ var protocolCases = []struct {
 		{"a", func([]result) []*op { o := win(10, 0, 0); o.Debt = 4; return []*op{o} }, []result{{Used: 7}}},
 		{"a", fixed(win(10, 4, 0)), []result{{Denied: true, Used: 7}}},
 	}},
+	{"leases stop at the reserve; needs do not", []step{
+		{"a", func([]result) []*op { o := win(10, 2, 5); o.Rsv = 4; return []*op{o} }, []result{{Granted: 6, Used: 6}}},
+		{"b", func([]result) []*op { o := win(10, 1, 3); o.Rsv = 4; return []*op{o} }, []result{{Granted: 1, Used: 7}}},
+		{"b", func([]result) []*op { o := win(10, 3, 3); o.Rsv = 4; return []*op{o} }, []result{{Granted: 3, Used: 10}}},
+		{"a", func([]result) []*op { o := bud(20, 2, 10, 0); o.Rsv = 15; return []*op{o} }, []result{{Granted: 5, Used: 5}}},
+		{"b", func([]result) []*op { o := bud(20, 4, 10, 0); o.Rsv = 15; return []*op{o} }, []result{{Granted: 4, Used: 9}}},
+	}},
 	{"read only window changes nothing", []step{
 		{"a", fixed(win(10, 6, 0)), []result{{Granted: 6, Used: 6}}},
 		{"a", func([]result) []*op { o := win(10, 0, 0); o.RO = true; o.Debt = 3; return []*op{o} }, []result{{Used: 6}}},

@@ -150,8 +150,10 @@ func (o *Options) setDefaults() {
 }
 
 // Window geometry, fixed so every replica agrees on bucket boundaries
-// whatever its other options: 2s buckets, counted for window + LeaseTTL.
-// Tests shrink both through Options' unexported fields.
+// whatever its other options: 2s buckets, a grant counted until its
+// bucket's start plus the window (58-60 s after it), so a refused client
+// waits at most the window and every reset is within it. Tests shrink
+// both through Options' unexported fields.
 const (
 	window      = time.Minute
 	bucketWidth = 2 * time.Second
@@ -165,13 +167,15 @@ func (l *Limiter) win() time.Duration {
 }
 
 // geometry returns the bucket width in ms and how many buckets a window
-// sums: enough that every grant is counted for at least window + LeaseTTL.
+// sums, the current one included: window ÷ width, so a grant leaves the
+// sum at most one window after it was made (docs/tier2-limits.md, "The
+// bound", for what that means with leases).
 func (l *Limiter) geometry() (w, n int64) {
 	win, bw := l.win(), l.opts.bucket
 	if bw <= 0 {
 		bw = bucketWidth
 	}
-	return bw.Milliseconds(), int64(math.Ceil(float64(win+l.opts.LeaseTTL)/float64(bw))) + 1
+	return bw.Milliseconds(), max(int64(math.Ceil(float64(win)/float64(bw))), 1)
 }
 
 // Decision reasons.
@@ -203,16 +207,92 @@ type Decision struct {
 	// Limit, Remaining and Reset describe the rejecting limit, or the
 	// tightest one when allowed.
 	Limit, Remaining int64
-	RetryAfter       time.Duration
-	Reset            time.Duration
-	// Requests and Tokens feed OpenAI's x-ratelimit-* headers.
-	Requests, Tokens Window
+	// Need is what the request asked of the rejecting limit: one request,
+	// one slot, or its estimated tokens (prompt plus max output).
+	Need int64
+	// Period is the rejecting budget's period (day or month).
+	Period     string
+	RetryAfter time.Duration
+	Reset      time.Duration
+	// Requests and Tokens feed OpenAI's x-ratelimit-* headers, Budget the
+	// x-ratelimit-*-budget-tokens ones (the tightest token budget).
+	Requests, Tokens, Budget Window
 	// Degraded is set when the decision came from local fail-open limits.
 	Degraded bool
 }
 
+// Error codes of a refusal (Decision.Code), as the gateway answers them.
+const (
+	CodeRateLimited    = "rate_limit_exceeded" // requests or tokens per minute, concurrency
+	CodeBudgetExceeded = "budget_exceeded"     // the day's or month's token budget
+)
+
+// Code is the OpenAI error code of a refusal.
+func (d Decision) Code() string {
+	if d.Reason == ReasonBudget {
+		return CodeBudgetExceeded
+	}
+	return CodeRateLimited
+}
+
+// Message says, for the 429's body, which limit refused the request, what
+// is left of it, and what the client can do: wait (how long), or ask for
+// fewer tokens — tokens are reserved at the request's estimate (prompt
+// plus max_tokens) and settled to the real count when it ends.
+func (d Decision) Message() string {
+	scope := "tenant-wide"
+	if d.Model != "" {
+		scope = fmt.Sprintf("for model %q", d.Model)
+	}
+	const est = "prompt estimate + max_tokens"
+	var msg string
+	switch d.Reason {
+	case ReasonRPM:
+		msg = fmt.Sprintf("rate limit exceeded: %d requests per minute (%s); retry in %s", d.Limit, scope, humanDuration(d.RetryAfter))
+	case ReasonConcurrency:
+		msg = fmt.Sprintf("rate limit exceeded: %d concurrent requests (%s) are in flight; retry when one finishes", d.Limit, scope)
+	case ReasonTPM:
+		if d.Need > d.Limit {
+			msg = fmt.Sprintf("rate limit exceeded: this request may use up to %d tokens (%s), more than the limit of %d tokens per minute (%s); lower max_tokens",
+				d.Need, est, d.Limit, scope)
+		} else {
+			msg = fmt.Sprintf("rate limit exceeded: this request may use up to %d tokens (%s; what it does not use is given back when it ends) and %d of %d tokens per minute (%s) remain; retry in %s or lower max_tokens",
+				d.Need, est, d.Remaining, d.Limit, scope, humanDuration(d.RetryAfter))
+		}
+	case ReasonBudget:
+		per, at := "monthly", "midnight UTC of the 1st"
+		if d.Period == tenant.PeriodDay {
+			per, at = "daily", "midnight UTC"
+		}
+		if d.Need > d.Limit {
+			msg = fmt.Sprintf("token budget exceeded: this request may use up to %d tokens (%s), more than the whole %s budget of %d tokens (%s); lower max_tokens",
+				d.Need, est, per, d.Limit, scope)
+		} else {
+			msg = fmt.Sprintf("token budget exceeded: this request may use up to %d tokens (%s; what it does not use is given back when it ends) and %d of the %s budget of %d tokens (%s) remain; the budget resets in %s (at %s). Lower max_tokens, or wait for the reset",
+				d.Need, est, d.Remaining, per, d.Limit, scope, humanDuration(d.RetryAfter), at)
+		}
+	case ReasonUnavailable:
+		return "rate limiting is unavailable; try again shortly"
+	default:
+		return "rate limit exceeded"
+	}
+	if d.Degraded {
+		msg += " (the limits store is unreachable: this replica enforces its share of the limit)"
+	}
+	return msg
+}
+
+// humanDuration rounds d for a message: whole seconds, at least 1s.
+func humanDuration(d time.Duration) string {
+	if d <= time.Second {
+		return "1s"
+	}
+	return d.Round(time.Second).String()
+}
+
 // SetHeaders writes Retry-After (when rejected) and OpenAI's
-// x-ratelimit-{limit,remaining,reset}-{requests,tokens} headers.
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens} headers, and the
+// same for the token budget (x-ratelimit-*-budget-tokens).
 func (d Decision) SetHeaders(h http.Header) {
 	if !d.Allowed && d.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
@@ -228,6 +308,7 @@ func (d Decision) SetHeaders(h http.Header) {
 	}
 	set("requests", d.Requests)
 	set("tokens", d.Tokens)
+	set("budget-tokens", d.Budget)
 }
 
 // formatReset renders durations the way OpenAI does ("1s", "6m0s", "20ms").
@@ -462,7 +543,7 @@ func (l *Limiter) Admit(ctx context.Context, t *tenant.Tenant, model string, est
 			// Still short after three grants: reject, naming the limit.
 			d := st.decision(rs, now)
 			if r := st.short(rs, now); r != nil {
-				d.Reason, d.Model, d.Limit, d.Remaining = r.k.reason(), r.scope, r.limit, 0
+				d = st.refusal(rs, r, now)
 			}
 			d.RetryAfter = l.opts.SyncInterval
 			st.mu.Unlock()
@@ -482,8 +563,7 @@ func (l *Limiter) Admit(ctx context.Context, t *tenant.Tenant, model string, est
 		if denied != nil {
 			now = time.Now()
 			st.mu.Lock()
-			d := st.decision(rs, now)
-			d.Reason, d.Model, d.Limit, d.Remaining = denied.k.reason(), denied.scope, denied.limit, 0
+			d := st.refusal(rs, denied, now)
 			d.RetryAfter = max(denied.retryAt.Sub(now), 0)
 			st.mu.Unlock()
 			return nil, d, nil
@@ -723,7 +803,8 @@ func (l *Limiter) fallback(st *tenantState, rs []item) (*Reservation, Decision, 
 		}
 		if !ok {
 			cancel()
-			d := Decision{Reason: r.k.reason(), Model: r.scope, Limit: r.limit, RetryAfter: time.Second, Degraded: true}
+			d := st.refusal(rs, r, now)
+			d.RetryAfter, d.Degraded = time.Second, true
 			return nil, d, nil
 		}
 	}
@@ -789,3 +870,13 @@ func (r *Reservation) Finish(ctx context.Context, actualTokens int) {
 	}
 	st.mu.Unlock()
 }
+
+// ReplicaID names this replica's concurrency holdings in Redis.
+func (l *Limiter) ReplicaID() string { return l.opts.ReplicaID }
+
+// Replicas is the configured number of replicas sharing Redis.
+func (l *Limiter) Replicas() int { return l.opts.Replicas }
+
+// FailClosed reports whether the limiter refuses requests while Redis is
+// unreachable (otherwise it falls back to local limits).
+func (l *Limiter) FailClosed() bool { return l.opts.FailClosed }

@@ -79,14 +79,31 @@ func (st *tenantState) cachedDenial(rs []item, now time.Time) (Decision, bool) {
 	for _, it := range rs {
 		r := it.r
 		if now.Before(r.deniedUntil) && it.n >= r.deniedNeed {
-			d := st.decision(rs, now)
-			d.Allowed = false
-			d.Reason, d.Model, d.Limit, d.Remaining = r.k.reason(), r.scope, r.limit, 0
+			d := st.refusal(rs, r, now)
 			d.RetryAfter = max(r.retryAt.Sub(now), 0)
 			return d, true
 		}
 	}
 	return Decision{}, false
+}
+
+// refusal is the decision refusing rs because of r: the headers' windows,
+// and r's limit, what is left of it, what the request needed of it and
+// when it resets. The caller sets RetryAfter.
+func (st *tenantState) refusal(rs []item, r *resource, now time.Time) Decision {
+	d := st.decision(rs, now)
+	w := r.window(now)
+	d.Allowed = false
+	d.Reason, d.Model, d.Limit, d.Remaining, d.Reset = r.k.reason(), r.scope, r.limit, w.Remaining, w.Reset
+	for _, it := range rs {
+		if it.r == r {
+			d.Need += it.n
+		}
+	}
+	if r.k == kBudget {
+		d.Period = r.period
+	}
+	return d
 }
 
 func (st *tenantState) fits(rs []item, now time.Time) bool {
@@ -136,24 +153,28 @@ func (st *tenantState) consume(l *Limiter, rs []item, now time.Time) (*Reservati
 	return res, d
 }
 
+// window is what this replica knows of r: what the last sync left of the
+// limit plus its own unspent lease (other replicas' unspent leases count
+// as used), and the time until the limit is whole again.
+func (r *resource) window(now time.Time) Window {
+	rem := r.limit - r.used
+	if r.k != kConc {
+		rem += r.avail(now)
+	} else {
+		rem += r.held - r.inUse
+	}
+	rem = min(max(rem, 0), r.limit)
+	reset := r.reset - now.Sub(r.syncedAt)
+	return Window{Limit: r.limit, Remaining: rem, Reset: max(reset, 0)}
+}
+
 // decision fills the header windows from the last sync plus local leases.
 func (st *tenantState) decision(rs []item, now time.Time) Decision {
 	var d Decision
-	win := func(r *resource) Window {
-		rem := r.limit - r.used
-		if r.k != kConc {
-			rem += r.avail(now)
-		} else {
-			rem += r.held - r.inUse
-		}
-		rem = min(max(rem, 0), r.limit)
-		reset := r.reset - now.Sub(r.syncedAt)
-		return Window{Limit: r.limit, Remaining: rem, Reset: max(reset, 0)}
-	}
 	var tight *Window
 	tightFrac := math.Inf(1)
 	for _, it := range rs {
-		w := win(it.r)
+		w := it.r.window(now)
 		switch it.r.k {
 		case kRPM:
 			if d.Requests.Limit == 0 || w.Remaining < d.Requests.Remaining {
@@ -162,6 +183,10 @@ func (st *tenantState) decision(rs []item, now time.Time) Decision {
 		case kTPM:
 			if d.Tokens.Limit == 0 || w.Remaining < d.Tokens.Remaining {
 				d.Tokens = w
+			}
+		case kBudget:
+			if d.Budget.Limit == 0 || w.Remaining < d.Budget.Remaining {
+				d.Budget = w
 			}
 		}
 		if f := float64(w.Remaining) / float64(w.Limit); f < tightFrac {
@@ -178,11 +203,7 @@ func (st *tenantState) decision(rs []item, now time.Time) Decision {
 
 func (st *tenantState) wantsRefill(l *Limiter, now time.Time) bool {
 	for _, r := range st.res {
-		if r.k == kConc {
-			continue
-		}
-		t := l.leaseTarget(r)
-		if t > 0 && r.avail(now) < t/2 {
+		if r.k != kConc && l.wantsLease(r, now) {
 			return true
 		}
 	}
@@ -212,7 +233,7 @@ func (st *tenantState) backgroundDue(l *Limiter, now time.Time) bool {
 			}
 			continue
 		}
-		if t := l.leaseTarget(r); t > 0 && r.avail(now) < t/2 {
+		if l.wantsLease(r, now) {
 			return true
 		}
 	}
@@ -293,12 +314,13 @@ func (st *tenantState) buildOps(l *Limiter, rs []item, now time.Time, refill boo
 // all or nothing) and Ask (a lease on top, best effort).
 func (l *Limiter) leaseAsk(o *op, r *resource, d demand, now time.Time) {
 	av, target := r.avail(now), l.leaseTarget(r)
+	o.Rsv = l.reserve(r)
 	switch {
 	case d.needed:
 		o.reqN = d.n
 		o.Need = max(0, d.n-av)
 		o.Ask = max(0, l.slowStart(r, target, d.n, now)+d.n-av-o.Need)
-	case d.refill && target > 0 && av < target/2:
+	case d.refill && l.wantsLease(r, now):
 		o.Ask = target - av
 	}
 }

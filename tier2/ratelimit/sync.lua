@@ -123,7 +123,8 @@ for i, op in ipairs(ops) do
     -- usage only
   elseif op.k == 'w' then
     if ok then
-      grant = math.min(op.need + op.ask, math.max(op.lim - s.used, 0))
+      local ask = math.max(math.min(op.ask, op.lim - s.used - op.need - (op.rsv or 0)), 0)
+      grant = math.min(op.need + ask, math.max(op.lim - s.used, 0))
       if grant > 0 then
         redis.call('HINCRBY', key, s.cur, grant)
         redis.call('PEXPIRE', key, (op.n + 1) * op.w)
@@ -133,7 +134,8 @@ for i, op in ipairs(ops) do
     end
   elseif op.k == 'b' then
     if ok then
-      grant = math.min(op.need + op.ask, math.max(op.lim - s.used, 0))
+      local ask = math.max(math.min(op.ask, op.lim - s.used - op.need - (op.rsv or 0)), 0)
+      grant = math.min(op.need + ask, math.max(op.lim - s.used, 0))
       if grant > 0 then
         s.used = redis.call('INCRBY', key, grant)
         redis.call('EXPIREAT', key, op.exp)

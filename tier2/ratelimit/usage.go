@@ -19,10 +19,18 @@ import (
 // at most its rate × LeaseTTL, returned within LeaseTTL + FlushInterval)
 // are still in Used. Another replica's slots in use are as of its last
 // sync, at most SlotTTL/3 ago.
+//
+// Remaining is limit - used - leased (at least 0). ResetSeconds and
+// ResetAt say when the limit is whole again: for RPM and TPM when all it
+// counts has left the window (at most a minute), for a budget the end of
+// its period; absent for concurrency.
 type Value struct {
-	Used   int64 `json:"used"`
-	Limit  int64 `json:"limit"`
-	Leased int64 `json:"leased"`
+	Used         int64      `json:"used"`
+	Limit        int64      `json:"limit"`
+	Leased       int64      `json:"leased"`
+	Remaining    int64      `json:"remaining"`
+	ResetSeconds *float64   `json:"reset_seconds,omitempty"`
+	ResetAt      *time.Time `json:"reset_at,omitempty"`
 }
 
 // ScopeUsage is the use of the tenant-wide limits (Model "") or of one
@@ -94,8 +102,9 @@ func (l *Limiter) Usage(ctx context.Context, t *tenant.Tenant) (Usage, error) {
 			if period == "" {
 				period = tenant.PeriodMonth
 			}
-			cur, _ = periodID(period, now)
-			o := &op{K: opBudget, Lim: lim.TokenBudget}
+			var end time.Time
+			cur, end = periodID(period, now)
+			o := &op{K: opBudget, Lim: lim.TokenBudget, ResetM: end.Sub(now).Milliseconds()}
 			keys = append(keys, l.key(t.ID, "budget", scope+":"+cur))
 			o.Key, o.RO = len(keys), true
 			ops = append(ops, o)
@@ -112,6 +121,12 @@ func (l *Limiter) Usage(ctx context.Context, t *tenant.Tenant) (Usage, error) {
 			for i, k := range kinds {
 				v := l.value(t.ID, k, scope, cur, nb, res[i], now)
 				v.Limit = ops[i].Lim
+				v.Remaining = max(v.Limit-v.Used-v.Leased, 0)
+				if k != kConc {
+					secs := res[i].Reset.Seconds()
+					at := now.Add(res[i].Reset).UTC().Truncate(time.Millisecond)
+					v.ResetSeconds, v.ResetAt = &secs, &at
+				}
 				switch k {
 				case kRPM:
 					su.RPM = v

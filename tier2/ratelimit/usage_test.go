@@ -52,6 +52,22 @@ func TestUsageExcludesLeases(t *testing.T) {
 		if u.TPM.Used+u.TPM.Leased != 15 {
 			t.Errorf("tpm %+v: used + leased should be the 15 counted", *u.TPM)
 		}
+		// What remains, and when each limit is whole again: rates within
+		// the minute, the budget at the end of its (monthly) period.
+		if u.RPM.Remaining != 1200-u.RPM.Used-u.RPM.Leased || u.Budget.Remaining != 1_000_000-u.Budget.Used-u.Budget.Leased {
+			t.Errorf("remaining: rpm %+v budget %+v", *u.RPM, *u.Budget)
+		}
+		for name, v := range map[string]*Value{"rpm": u.RPM, "tpm": u.TPM} {
+			if v.ResetSeconds == nil || *v.ResetSeconds <= 0 || *v.ResetSeconds > 60 || v.ResetAt == nil {
+				t.Errorf("%s reset = %v, want in (0, 60]", name, v.ResetSeconds)
+			}
+		}
+		if _, end := periodID(tenant.PeriodMonth, time.Now()); u.Budget.ResetAt == nil || u.Budget.ResetAt.Sub(end).Abs() > time.Second {
+			t.Errorf("budget reset at %v, want %v", u.Budget.ResetAt, end)
+		}
+		if u.Concurrent.ResetSeconds != nil || u.Concurrent.Remaining != 128-u.Concurrent.Used-u.Concurrent.Leased {
+			t.Errorf("concurrency %+v", *u.Concurrent)
+		}
 	})
 }
 
