@@ -54,6 +54,9 @@ type Options struct {
 	// TLSReloadInterval is how often the TLS files (tls, admin.tls,
 	// metrics.tls, tier1.tls) are re-read; default 10s. Tests shorten it.
 	TLSReloadInterval time.Duration
+	// Version is reported by the admin API's /status; default the main
+	// module's version from the build information.
+	Version string
 }
 
 // Server is a configured Tier 2, ready to Serve. Close releases it.
@@ -77,6 +80,9 @@ type Server struct {
 	served    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+
+	started time.Time // for the admin API's /status
+	version string
 }
 
 // New builds Tier 2 from cfg: it connects to Redis (if configured), loads
@@ -99,7 +105,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
 	log, reg := opts.Logger, opts.Registry
-	s := &Server{cfg: cfg, log: log, shutdown: opts.ShutdownTimeout, reg: reg}
+	s := &Server{cfg: cfg, log: log, shutdown: opts.ShutdownTimeout, reg: reg, started: time.Now(), version: buildVersion(opts.Version)}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -146,7 +152,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	s.auth = auth
 	s.limiter = ratelimit.New(ratelimit.Options{Redis: s.rdb, KeyPrefix: limiterPrefix, Replicas: cfg.Limits.Replicas,
-		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit"),
+		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit"), ReplicaID: replicaID(),
 		// The router, built below, knows adapters from load summaries.
 		BaseModel: func(model string) string { return s.router.BaseModel(model) }})
 	if err := reg.Register(s.limiter.Collector()); err != nil {
@@ -223,7 +229,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	if adminToken != "" {
 		s.admin = admin.New(admin.Options{Store: s.store, Limiter: s.limiter, Token: adminToken,
-			Breakers: breakerReporter{s.router}, Clusters: admin.DiscoveryClusters(s.disc), Logger: log.With("component", "admin")})
+			Breakers: breakerReporter{s.router}, Clusters: admin.DiscoveryClusters(s.disc), Router: s.router, Status: s,
+			Logger: log.With("component", "admin")})
 	}
 	return s, nil
 }
