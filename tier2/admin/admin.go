@@ -1,6 +1,7 @@
 // Package admin is Tier 2's admin API: tenants, API keys, limits, cluster
-// overrides, usage and breaker states, on its own listener behind its own
-// bearer token. Errors use OpenAI's JSON error shape; validation errors
+// overrides, usage and breaker states, the clusters' state and the
+// replica's status (the JSON behind the status page), on its own listener
+// behind its own bearer token. Errors use OpenAI's JSON error shape; validation errors
 // name the offending field in "param".
 package admin
 
@@ -105,7 +106,12 @@ type Options struct {
 	// Clusters, when set, makes PUT /clusters/:name/override answer 404 for
 	// a cluster discovery does not know (unless ?force=true).
 	Clusters ClusterRegistry
-	Logger   *slog.Logger
+	// Router, when set, fills GET /clusters with every cluster and its
+	// state; without it that lists the overrides alone. *route.Router.
+	Router ClusterReporter
+	// Status answers GET /status; without it that answers 501.
+	Status StatusReporter
+	Logger *slog.Logger
 }
 
 // Server is the admin HTTP API.
@@ -140,11 +146,13 @@ func New(opts Options) *Server {
 	g.GET("/tenants/:id/keys", s.listKeys)
 	g.POST("/tenants/:id/keys", s.createKey)
 	g.DELETE("/tenants/:id/keys/:key", s.deleteKey)
-	g.GET("/clusters", s.listOverrides)
+	g.GET("/clusters", s.clusters)
 	g.GET("/clusters/:name/override", s.getOverride)
 	g.PUT("/clusters/:name/override", s.putOverride)
 	g.DELETE("/clusters/:name/override", s.deleteOverride)
 	g.GET("/breakers", s.breakers)
+	g.GET("/usage", s.usageList)
+	g.GET("/status", s.status)
 	s.e = e
 	return s
 }
@@ -499,10 +507,6 @@ func (s *Server) deleteKey(c echo.Context) error {
 	}
 	s.opts.Logger.Info("admin: api key deleted", "tenant", t.ID, "key_id", c.Param("key"))
 	return c.NoContent(http.StatusNoContent)
-}
-
-func (s *Server) listOverrides(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]any{"overrides": s.opts.Store.Overrides()})
 }
 
 func (s *Server) getOverride(c echo.Context) error {
