@@ -2,12 +2,16 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -48,6 +52,11 @@ type exchange struct {
 	attempt *route.Attempt
 	relay   *relay.Attempt
 	sent    time.Time
+
+	// refusals are the clusters that answered 429 or 503 and the error
+	// code Tier 1 gave ("east-a: queue_full"), for the answer when none
+	// took the request.
+	refusals []string
 }
 
 // attemptResult says whether the exchange is over or may move on to the
@@ -65,7 +74,7 @@ const (
 func (x *exchange) run(plan []route.Candidate, start time.Time) *openai.Usage {
 	g := x.g
 	attempts := 0
-	all429, all404 := true, true
+	all429, all404, all503 := true, true, true
 	for _, cand := range plan {
 		if attempts >= g.opts.MaxAttempts {
 			break
@@ -101,27 +110,44 @@ func (x *exchange) run(plan []route.Candidate, start time.Time) *openai.Usage {
 		if se == nil || se.Code != http.StatusNotFound {
 			all404 = false
 		}
+		if se == nil || se.Code != http.StatusServiceUnavailable {
+			all503 = false
+		}
+		if se != nil && (se.Code == http.StatusTooManyRequests || se.Code == http.StatusServiceUnavailable) {
+			x.refusals = append(x.refusals, cand.Cluster.Name+": "+cmp.Or(se.Reason, strconv.Itoa(se.Code)))
+		}
 		x.log.Warn("tier1 attempt failed", "cluster", cand.Cluster.Name, "region", cand.Cluster.Region,
 			"model", x.model, "attempt", attempts, "err", err)
 	}
-	x.answerFailure(attempts, all429, all404)
+	x.answerFailure(attempts, all429, all404, all503)
 	return nil
 }
 
-// answerFailure answers a request no cluster took.
-func (x *exchange) answerFailure(attempts int, all429, all404 bool) {
+// answerFailure answers a request no cluster took, naming the cause.
+func (x *exchange) answerFailure(attempts int, all429, all404, all503 bool) {
 	// The error is Tier 2's, not a cluster's.
 	x.w.Header().Del(cluster.HeaderCluster)
 	x.w.Header().Del(cluster.HeaderRegion)
+	x.w.Header().Del(cluster.HeaderPod)
 	switch {
 	case x.r.Context().Err() != nil:
 	case attempts == 0:
-		openai.Errorf(x.w, http.StatusServiceUnavailable, "no_capacity", fmt.Sprintf("no cluster can take %q requests right now", x.model))
+		// Planned clusters whose breakers refused at dispatch: open since
+		// the plan, or half-open with their one probe already out.
+		x.w.Header().Set("Retry-After", "1")
+		openai.Errorf(x.w, http.StatusServiceUnavailable, route.CodeBreakerOpen,
+			fmt.Sprintf("no cluster can take %q requests right now: every one has its circuit breaker open or a probe in flight; retry shortly", x.model))
 	case all404:
 		openai.Errorf(x.w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no cluster serves the model %q", x.model))
 	case all429:
 		x.w.Header().Set("Retry-After", "1")
-		openai.Errorf(x.w, http.StatusTooManyRequests, "upstream_overloaded", "every cluster serving this model is overloaded; retry shortly")
+		openai.Errorf(x.w, http.StatusTooManyRequests, "upstream_overloaded",
+			fmt.Sprintf("every cluster serving this model is overloaded (%s); retry shortly", strings.Join(x.refusals, ", ")))
+	case all503:
+		// Tier 1 said why (no_ready_pod, queue_full, pool_drained, ...).
+		x.w.Header().Set("Retry-After", "1")
+		openai.Errorf(x.w, http.StatusServiceUnavailable, route.CodeNoCapacity,
+			fmt.Sprintf("no cluster can take %q requests right now: %d tried, each refused (%s)", x.model, attempts, strings.Join(x.refusals, ", ")))
 	default:
 		// Details (addresses, errors) stay in the log, under the request ID.
 		openai.Errorf(x.w, http.StatusBadGateway, "upstream_unavailable",
@@ -152,8 +178,13 @@ func (x *exchange) try(cand route.Candidate, a *route.Attempt) (attemptResult, e
 	}
 	defer resp.Body.Close()
 	if relay.Retryable(resp.StatusCode) {
+		err := statusError(resp.StatusCode)
+		var se *route.StatusError
+		if errors.As(err, &se) && (se.Code == http.StatusTooManyRequests || se.Code == http.StatusServiceUnavailable) {
+			se.Reason = errorCode(resp.Body)
+		}
 		relay.Discard(resp)
-		return resultRetry, statusError(resp.StatusCode)
+		return resultRetry, err
 	}
 	if err := at.Open(resp); err != nil {
 		return retryOrDone(err)
@@ -202,6 +233,31 @@ func statusError(code int) error {
 		return fmt.Errorf("tier1 rejected tier2's token (HTTP %d)", code)
 	}
 	return &route.StatusError{Code: code}
+}
+
+// errorCode reads the OpenAI error code of a refusal from Tier 1 (at most
+// 4 KiB of its body), or "" when the body has none a client may be shown
+// (a short lower-case token).
+func errorCode(body io.Reader) string {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+	if json.Unmarshal(b, &e) != nil {
+		return ""
+	}
+	c := e.Error.Code
+	if len(c) == 0 || len(c) > 64 {
+		return ""
+	}
+	for i := 0; i < len(c); i++ {
+		if ch := c[i]; !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '_') {
+			return ""
+		}
+	}
+	return c
 }
 
 // retryOrDone: a client that left ends the exchange; other failures

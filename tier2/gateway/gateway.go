@@ -54,7 +54,9 @@ type Authenticator interface {
 // Admission is a rate limiter's answer for one request.
 type Admission struct {
 	Allowed    bool
-	Reason     string        // why not, for the 429 message
+	Reason     string        // the limit that refused it (metrics label)
+	Code       string        // the 429's error code; default rate_limit_exceeded
+	Message    string        // the 429's message; default names Reason
 	RetryAfter time.Duration // for Retry-After when not allowed
 	// SetHeaders writes the x-ratelimit-* headers; may be nil.
 	SetHeaders func(h http.Header)
@@ -436,12 +438,21 @@ func (g *Gateway) plan(w http.ResponseWriter, t *tenant.Tenant, model string) ([
 		policy = ""
 	}
 	plan, err := g.opts.Router.Plan(route.Request{Model: model, Policy: policy, Region: t.Region})
+	var nc *route.NoCandidatesError
 	switch {
 	case errors.Is(err, route.ErrUnknownModel):
 		openai.Errorf(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("the model %q does not exist or no cluster serves it", model))
 		return nil, false
+	case errors.As(err, &nc):
+		// Drained, breakers open, or a pinned region: the code and the
+		// message say which (docs/tier2.md, "Errors").
+		if nc.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int((nc.RetryAfter+time.Second-1)/time.Second)))
+		}
+		openai.Errorf(w, http.StatusServiceUnavailable, nc.Code(), nc.Error())
+		return nil, false
 	case err != nil:
-		openai.Errorf(w, http.StatusServiceUnavailable, "no_capacity", fmt.Sprintf("no cluster can take %q requests right now", model))
+		openai.Errorf(w, http.StatusServiceUnavailable, route.CodeNoCapacity, fmt.Sprintf("no cluster can take %q requests right now", model))
 		return nil, false
 	}
 	return plan, true
@@ -468,11 +479,17 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, log *slog.Logger
 			w.Header().Set("Retry-After", strconv.Itoa(int((adm.RetryAfter+time.Second-1)/time.Second)))
 		}
 		g.mLimited.WithLabelValues(t.ID, adm.Reason).Inc()
-		msg := "rate limit exceeded"
-		if adm.Reason != "" {
-			msg += ": " + adm.Reason
+		code, msg := adm.Code, adm.Message
+		if code == "" {
+			code = "rate_limit_exceeded"
 		}
-		openai.Errorf(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg)
+		if msg == "" {
+			msg = "rate limit exceeded"
+			if adm.Reason != "" {
+				msg += ": " + adm.Reason
+			}
+		}
+		openai.Errorf(w, http.StatusTooManyRequests, code, msg)
 		return nil, false
 	}
 	if adm.Finish != nil {

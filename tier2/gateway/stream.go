@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/jsonkeys"
 	"github.com/infergate/infergate/shared/sse"
 )
@@ -13,16 +14,34 @@ import (
 // usage read from a stream to settle the tenant's limits; when Tier 2
 // asked for that usage on the client's behalf, it is kept from the client.
 
-// Header passes on Tier 1's Content-Type only (Tier 2 sets its own
-// X-Infergate-Cluster, -Region and rate-limit headers); a stream is not to
+// Header passes on Tier 1's Content-Type and the pod that served the
+// request (X-Infergate-Pod, Tier 1's default pod_header), beside the
+// X-Infergate-Cluster and -Region Tier 2 sets itself; a stream is not to
 // be cached.
 func (x *exchange) Header(dst, src http.Header) {
 	if ct := src.Get("Content-Type"); ct != "" {
 		dst.Set("Content-Type", ct)
 	}
+	if pod := src.Get(cluster.HeaderPod); validPod(pod) {
+		dst.Set(cluster.HeaderPod, pod)
+	}
 	if x.relay.Stream() {
 		dst.Set("Cache-Control", "no-cache")
 	}
+}
+
+// validPod: a pod name or address as Tier 1 writes it (visible ASCII, at
+// most 256 bytes); anything else is not passed on.
+func validPod(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // FirstToken feeds the cluster's latency estimate: time to the first

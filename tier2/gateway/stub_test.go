@@ -42,7 +42,7 @@ type tier1 struct {
 	last    *http.Request
 	lastRaw []byte
 
-	mode       atomic.Value // "ok", "500", "429", "hang", "stall", "die-after-first", "die-after-done", "die-named", "endless", "huge-event"
+	mode       atomic.Value // "ok", "500", "429", "503:<code>", "hang", "stall", "die-after-first", "die-after-done", "die-named", "endless", "huge-event"
 	chunkDelay atomic.Int64 // ns between stream chunks
 	hits       atomic.Int64 // inference requests received
 	active     atomic.Int64 // inference requests being answered (reported as running)
@@ -149,7 +149,16 @@ func (s *tier1) handle(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.last, s.lastRaw = r.Clone(context.Background()), body
 	s.mu.Unlock()
-	switch s.mode.Load().(string) {
+	mode := s.mode.Load().(string)
+	if code, ok := strings.CutPrefix(mode, "503:"); ok { // refused, with Tier 1's cause
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"error":{"message":"refused","type":"service_unavailable","code":%q}}`, code)
+		return
+	}
+	// The pod that serves it, as Tier 1 names it (pod_header).
+	w.Header().Set(cluster.HeaderPod, s.name+"-pod-0")
+	switch mode {
 	case "500":
 		http.Error(w, `{"error":{"message":"boom"}}`, http.StatusInternalServerError)
 		return

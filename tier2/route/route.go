@@ -98,7 +98,10 @@ var (
 // StatusError is an attempt that got an HTTP error status from Tier 1.
 // 4xx (429 included) do not count against the cluster's breaker: they say
 // something about the request or the tenant, or ask to back off.
-type StatusError struct{ Code int }
+type StatusError struct {
+	Code   int
+	Reason string // Tier 1's OpenAI error code, when it gave one (a 429's or 503's)
+}
 
 func (e *StatusError) Error() string { return fmt.Sprintf("tier1 answered HTTP %d", e.Code) }
 
