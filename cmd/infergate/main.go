@@ -5,6 +5,7 @@
 //
 //	tier1   the per-cluster GPU-aware router
 //	tier2   the regional front door
+//	check   check a configuration file (either tier) without starting
 //	version the version and build information (also --version)
 //
 // The simulator, the benchmarks and the local stack are in a separate
@@ -25,6 +26,7 @@ var program = cli.Program{
 	Commands: map[string]cli.Command{
 		"tier1":   {Summary: "run the per-cluster GPU-aware router", Run: runTier1},
 		"tier2":   {Summary: "run the regional front door", Run: runTier2},
+		"check":   {Summary: "check a tier1 or tier2 configuration file without starting", Run: runCheck},
 		"version": {Summary: "print the version and build information", Run: runVersion},
 	},
 }

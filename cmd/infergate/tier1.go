@@ -9,7 +9,6 @@ import (
 	"net"
 
 	"github.com/infergate/infergate/cmd/internal/cli"
-	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/extproc"
 	"github.com/infergate/infergate/tier1/server"
 )
@@ -32,7 +31,7 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *cfgPath == "" {
@@ -45,7 +44,7 @@ func runTier1(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	var cfg server.Config
-	if err := config.Load(*cfgPath, &cfg); err != nil {
+	if err := loadConfig(*cfgPath, &cfg); err != nil {
 		return err
 	}
 	addr := cfg.Listen

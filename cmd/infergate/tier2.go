@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/infergate/infergate/cmd/internal/cli"
-	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier2/server"
 )
 
@@ -33,7 +32,7 @@ func runTier2(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *cfgPath == "" {
@@ -46,7 +45,7 @@ func runTier2(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	var cfg server.Config
-	if err := config.Load(*cfgPath, &cfg); err != nil {
+	if err := loadConfig(*cfgPath, &cfg); err != nil {
 		return err
 	}
 	if *listen != "" {

@@ -31,7 +31,7 @@ func TestConfigDecode(t *testing.T) {
 		{"otlp endpoint and ratio", "tracing: {exporter: otlp, endpoint: 'http://collector:4318', sample_ratio: 0.25}", "", true},
 		{"ratio zero is allowed", "tracing: {exporter: otlp, sample_ratio: 0}", "", true},
 		{"unknown exporter", "tracing: {exporter: jaeger}", `tracing.exporter "jaeger"`, false},
-		{"unknown key", "tracing: {exporter: otlp, endpoints: x}", "field endpoints not found", false},
+		{"unknown key", "tracing: {exporter: otlp, endpoints: x}", `tracing.endpoints: unknown key "endpoints"; did you mean "endpoint"?`, false},
 		{"ratio above 1", "tracing: {exporter: otlp, sample_ratio: 1.5}", "tracing.sample_ratio 1.5", false},
 		{"negative ratio", "tracing: {exporter: console, sample_ratio: -0.1}", "tracing.sample_ratio -0.1", false},
 		{"endpoint without scheme", "tracing: {exporter: otlp, endpoint: 'collector:4318'}", "want an http:// or https:// URL", false},

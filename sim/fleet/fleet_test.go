@@ -42,7 +42,7 @@ func TestLoad(t *testing.T) {
 				}
 			},
 		},
-		{name: "unknown field names field and line", yaml: "pods:\n  - name: a\n    gpus: h100\n", wantErr: "line 3: field gpus not found"},
+		{name: "unknown field names field and line", yaml: "pods:\n  - name: a\n    gpus: h100\n", wantErr: `:3:5: pods[0].gpus: unknown key "gpus"; did you mean "gpu"?`},
 		{name: "no pods", yaml: "time_scale: 0.5\n", wantErr: "at least one pod"},
 		{name: "bad engine", yaml: "pods:\n  - name: a\n    engine: triton\n", wantErr: "unknown engine"},
 		{name: "duplicate names", yaml: "pods:\n  - name: a\n  - name: a\n", wantErr: "duplicate pod name"},

@@ -12,9 +12,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	loader "github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/picker"
@@ -176,8 +179,8 @@ type TimeoutConfig struct {
 // a timeout, or a status shared/relay.Retryable accepts (5xx, 429, 404,
 // 401/403).
 type RetryConfig struct {
-	MaxAttempts int           `yaml:"max_attempts"` // attempts in total; default 3, 1 disables retry
-	Budget      time.Duration `yaml:"budget"`       // no new attempt after this since the first; default 10s
+	MaxAttempts int           `yaml:"max_attempts" config:"min=1"` // attempts in total; default 3, 1 disables retry
+	Budget      time.Duration `yaml:"budget"`                      // no new attempt after this since the first; default 10s
 }
 
 // QueueConfig is the router's own queue, used when every candidate pod is
@@ -200,7 +203,7 @@ type ScrapeConfig struct {
 	ModelsInterval time.Duration `yaml:"models_interval"` // /v1/models; default 5s
 	// UnreadyAfter consecutive failed scrapes mark a pod not ready;
 	// default 2.
-	UnreadyAfter int `yaml:"unready_after"`
+	UnreadyAfter int `yaml:"unready_after" config:"min=1"`
 	// IdleInterval is the /metrics period of a pod with no traffic
 	// through this router (none in flight, none dispatched in the last
 	// 2s); its first request brings it back to Interval. Default 1s, or
@@ -375,86 +378,16 @@ func (c *Config) Validate() error {
 		add("scrape.idle_interval %v is shorter than scrape.interval %v (set it equal to scrape every pod every interval)",
 			c.Scrape.IdleInterval, c.Scrape.Interval)
 	}
-	if err := c.Scheduler.Validate(); err != nil {
-		add("scheduler: %w", err)
-	}
+	errs = append(errs, c.validateScheduler())
 	if err := c.Tracing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 
-	pools := map[string]*PoolConfig{}
-	served := map[string]string{} // model name -> what declared it
-	for i := range c.Pools {
-		p := &c.Pools[i]
-		switch {
-		case p.Name == "":
-			add("pools[%d]: name is required", i)
-			continue
-		case pools[p.Name] != nil:
-			add("pools[%d]: duplicate pool %q", i, p.Name)
-			continue
-		case p.Model == "":
-			add("pool %q: model is required", p.Name)
-		}
-		pools[p.Name] = p
-		if prev, ok := served[p.Model]; ok {
-			add("pool %q: model %q is already served by %s", p.Name, p.Model, prev)
-		}
-		served[p.Model] = "pool " + p.Name
-	}
+	errs = append(errs, c.validateModels()...)
+	errs = append(errs, c.listenClashes())
+	pools := map[string]bool{}
 	for _, p := range c.Pools {
-		for _, a := range p.Adapters {
-			if prev, ok := served[a]; ok {
-				add("pool %q: adapter %q is already declared by %s", p.Name, a, prev)
-				continue
-			}
-			served[a] = "pool " + p.Name + " adapters"
-		}
-	}
-	seenModel := map[string]bool{}
-	for i, m := range c.Models {
-		if m.Name == "" {
-			add("models[%d]: name is required", i)
-			continue
-		}
-		if seenModel[m.Name] {
-			add("models[%d]: duplicate model %q", i, m.Name)
-		}
-		seenModel[m.Name] = true
-		if m.TTFTSLO < 0 {
-			add("model %q: ttft_slo is negative", m.Name)
-		}
-		if m.Base != "" {
-			if !c.isPoolModel(m.Base) {
-				add("model %q: base %q is not the model of any pool", m.Name, m.Base)
-			}
-			if c.isPoolModel(m.Name) {
-				add("model %q: is a pool's base model and cannot have a base", m.Name)
-			}
-		}
-	}
-	seenPod := map[string]bool{}
-	for i, p := range c.Pods {
-		if p.Name == "" {
-			add("pods[%d]: name is required", i)
-			continue
-		}
-		if seenPod[p.Name] {
-			add("pods[%d]: duplicate pod %q", i, p.Name)
-		}
-		seenPod[p.Name] = true
-		if _, port, err := net.SplitHostPort(p.Address); err != nil || port == "" {
-			add("pod %q: address %q is not host:port", p.Name, p.Address)
-		}
-		if pools[p.Pool] == nil {
-			add("pod %q: unknown pool %q", p.Name, p.Pool)
-		}
-		if p.Engine != "" && !isEngine(p.Engine) {
-			add("pod %q: unknown engine %q (known: %s, or empty to detect)", p.Name, p.Engine, strings.Join(scrape.Engines, ", "))
-		}
-		if p.GPUs < 0 {
-			add("pod %q: gpus %d is negative", p.Name, p.GPUs)
-		}
+		pools[p.Name] = true
 	}
 	for i, src := range c.Kubernetes.Sources {
 		switch {
@@ -467,7 +400,7 @@ func (c *Config) Validate() error {
 			add("kubernetes.sources[%d]: port %d out of range", i, src.Port)
 		}
 		switch {
-		case src.Pool != "" && pools[src.Pool] == nil:
+		case src.Pool != "" && !pools[src.Pool]:
 			add("kubernetes.sources[%d]: unknown pool %q", i, src.Pool)
 		case src.Pool == "" && len(c.Pools) != 1:
 			add("kubernetes.sources[%d]: pool is required when %d pools are configured", i, len(c.Pools))
@@ -475,6 +408,165 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.Peers.validate(c.Consul.Address != "")...)
 	return errors.Join(errs...)
+}
+
+// validateModels checks pools, models and pods: names, what serves which
+// model, addresses. Errors are at the key (pods[2].address).
+func (c *Config) validateModels() []error {
+	var errs []error
+	at := func(path, format string, args ...any) { errs = append(errs, loader.Errorf(path, format, args...)) }
+	pools := map[string]int{}
+	served := map[string]string{} // model name -> the key that declares it
+	for i, p := range c.Pools {
+		path := loader.Index("pools", i)
+		switch j, dup := pools[p.Name]; {
+		case p.Name == "":
+			at(path+".name", "required")
+			continue
+		case dup:
+			at(path+".name", "duplicate pool %q (also pools[%d])", p.Name, j)
+			continue
+		case p.Model == "":
+			at(path+".model", "required: the base model name clients send (pool %s)", p.Name)
+		}
+		pools[p.Name] = i
+		if prev, ok := served[p.Model]; ok && p.Model != "" {
+			at(path+".model", "%q is already served by %s", p.Model, prev)
+		}
+		served[p.Model] = path + ".model"
+	}
+	for i, p := range c.Pools {
+		for j, a := range p.Adapters {
+			path := loader.Index(loader.Index("pools", i)+".adapters", j)
+			if prev, ok := served[a]; ok {
+				at(path, "adapter %q is already declared by %s", a, prev)
+				continue
+			}
+			served[a] = path
+		}
+	}
+	seenModel := map[string]int{}
+	for i, m := range c.Models {
+		path := loader.Index("models", i)
+		if m.Name == "" {
+			at(path+".name", "required")
+			continue
+		}
+		if j, ok := seenModel[m.Name]; ok {
+			at(path+".name", "duplicate model %q (also models[%d])", m.Name, j)
+		}
+		seenModel[m.Name] = i
+		if m.TTFTSLO < 0 {
+			at(path+".ttft_slo", "%v is negative (0: no objective)", m.TTFTSLO)
+		}
+		if m.Base != "" {
+			if !c.isPoolModel(m.Base) {
+				at(path+".base", "%q is not the model of any pool (pools serve: %s)", m.Base, c.poolModels())
+			}
+			if c.isPoolModel(m.Name) {
+				at(path+".base", "%q is a pool's base model and cannot have a base", m.Name)
+			}
+		}
+	}
+	seenPod := map[string]int{}
+	seenAddr := map[string]int{}
+	for i, p := range c.Pods {
+		path := loader.Index("pods", i)
+		if p.Name == "" {
+			at(path+".name", "required")
+		} else if j, ok := seenPod[p.Name]; ok {
+			at(path+".name", "duplicate pod %q (also pods[%d])", p.Name, j)
+		} else {
+			seenPod[p.Name] = i
+		}
+		if _, port, err := net.SplitHostPort(p.Address); err != nil || port == "" {
+			at(path+".address", "%q is not host:port", p.Address)
+		} else if j, ok := seenAddr[p.Address]; ok {
+			at(path+".address", "%q is also pods[%d]'s address (%s): one server would be counted twice", p.Address, j, c.Pods[j].Name)
+		} else {
+			seenAddr[p.Address] = i
+		}
+		if _, ok := pools[p.Pool]; !ok {
+			at(path+".pool", "unknown pool %q (pools: %s)", p.Pool, c.poolNames())
+		}
+		if p.Engine != "" && !isEngine(p.Engine) {
+			at(path+".engine", "unknown engine %q (known: %s, or empty to detect)", p.Engine, strings.Join(scrape.Engines, ", "))
+		}
+		if p.GPUs < 0 {
+			at(path+".gpus", "%d is negative (0: unknown)", p.GPUs)
+		}
+	}
+	return errs
+}
+
+func (c *Config) poolModels() string {
+	var out []string
+	for _, p := range c.Pools {
+		out = append(out, strconv.Quote(p.Model))
+	}
+	if len(out) == 0 {
+		return "no pool is configured"
+	}
+	return strings.Join(out, ", ")
+}
+
+func (c *Config) poolNames() string {
+	var out []string
+	for _, p := range c.Pools {
+		out = append(out, p.Name)
+	}
+	if len(out) == 0 {
+		return "none configured"
+	}
+	return strings.Join(out, ", ")
+}
+
+// validateScheduler locates the scheduling profile's problems: a scorer's
+// at its entry in the file (the profile is merged onto its base, so the
+// index is found by name).
+func (c *Config) validateScheduler() error {
+	var out []error
+	for _, e := range splitErrors(c.Scheduler.Validate()) {
+		msg := e.Error()
+		switch m := scorerMsg.FindStringSubmatch(msg); {
+		case m != nil:
+			out = append(out, loader.Errorf("scheduler.scorers[name="+m[1]+"]", "%s", msg))
+		case strings.HasPrefix(msg, "unknown filter"):
+			out = append(out, loader.Errorf("scheduler.filters", "%s", msg))
+		case strings.HasPrefix(msg, "unknown picker"):
+			out = append(out, loader.Errorf("scheduler.picker", "%s", msg))
+		case strings.HasPrefix(msg, "saturation"):
+			out = append(out, loader.Errorf("scheduler.saturation", "%s", msg))
+		default:
+			out = append(out, loader.At("scheduler", e))
+		}
+	}
+	return errors.Join(out...)
+}
+
+// scorerMsg finds the scorer a picker error is about.
+var scorerMsg = regexp.MustCompile(`^(?:unknown )?scorer "([^"]*)"`)
+
+func splitErrors(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// listenClashes reports two listeners of this file on one address.
+func (c *Config) listenClashes() error {
+	addrs := []loader.Listener{{Path: "listen", Addr: c.Listen}}
+	if c.MetricsListen != "-" {
+		addrs = append(addrs, loader.Listener{Path: "metrics_listen", Addr: c.MetricsListen})
+	}
+	if c.Peers.Listen != "" {
+		addrs = append(addrs, loader.Listener{Path: "peers.listen", Addr: c.Peers.Listen})
+	}
+	return loader.ListenClashes(addrs)
 }
 
 // validateTLS checks the TLS blocks and the schemes that must agree with

@@ -60,9 +60,9 @@ func TestValidate(t *testing.T) {
 		{"unknown pool", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: nope}\n", `unknown pool "nope"`},
 		{"bad address", base + "  - {name: p1, address: localhost, pool: llama}\n", "not host:port"},
 		{"bad engine", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: llama, engine: triton}\n", `unknown engine "triton"`},
-		{"negative gpus", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: llama, gpus: -1}\n", `gpus -1 is negative`},
+		{"negative gpus", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: llama, gpus: -1}\n", `pods[1].gpus: -1 is negative`},
 		{"duplicate pod", base + "  - {name: p0, address: \"127.0.0.1:1\", pool: llama}\n", `duplicate pod "p0"`},
-		{"adapter base unknown", base + "models: [{name: x-lora, base: nope}]\n", `base "nope"`},
+		{"adapter base unknown", base + "models: [{name: x-lora, base: nope}]\n", `models[0].base: "nope"`},
 		{"bad scorer", base + "scheduler: {scorers: [{name: magic, weight: 1}]}\n", `unknown scorer "magic"`},
 		{"negative timeout", base + "timeouts: {connect: -1s}\n", "timeouts.connect"},
 		{"zero attempts", base + "retry: {max_attempts: -1}\n", "max_attempts"},
@@ -73,6 +73,16 @@ func TestValidate(t *testing.T) {
 		{"tracing bad exporter", base + "tracing: {exporter: zipkin}\n", `tracing.exporter "zipkin"`},
 		{"tracing unknown key", base + "tracing: {exporter: console, ratio: 1}\n", "ratio"},
 		{"adapter clashes with model", "auth: {disabled: true}\npools: [{name: a, model: m}, {name: b, model: n, adapters: [m]}]\n", `adapter "m"`},
+		// Each at its key, with file:line:column.
+		{"duplicate pod address", base + "  - {name: p1, address: \"127.0.0.1:8101\", pool: llama}\n", `t.yaml:7:16: pods[1].address: "127.0.0.1:8101" is also pods[0]'s address (p0)`},
+		{"explicit zero attempts", base + "retry: {max_attempts: 0}\n", "t.yaml:7:23: retry.max_attempts: want a whole number ≥ 1, got 0"},
+		{"explicit zero unready_after", base + "scrape: {unready_after: 0}\n", "scrape.unready_after: want a whole number ≥ 1, got 0"},
+		{"scorer at its entry in the file", base + "scheduler:\n  scorers:\n    - {name: queue, weight: 1}\n    - {name: magic, weight: 1}\n", `t.yaml:10:7: scheduler.scorers[1]: unknown scorer "magic"`},
+		{"negative weight at its scorer", base + "scheduler: {scorers: [{name: queue, weight: -2}]}\n", `t.yaml:7:23: scheduler.scorers[0]: scorer "queue": weight -2 is negative`},
+		{"listen clash", base + "listen: 127.0.0.1:9000\nmetrics_listen: 127.0.0.1:9000\n", `t.yaml:8:1: metrics_listen: "127.0.0.1:9000" clashes with listen ("127.0.0.1:9000")`},
+		{"wildcard listen clash", base + "listen: :9000\npeers: {listen: 127.0.0.1:9000, static: [127.0.0.1:9000], insecure_plaintext: true}\n", `peers.listen: "127.0.0.1:9000" clashes with listen`},
+		{"pod in unknown pool", base + "  - {name: p1, address: \"127.0.0.1:1\", pool: lama}\n", `t.yaml:7:40: pods[1].pool: unknown pool "lama" (pools: llama)`},
+		{"did you mean", base + "scrape: {intervall: 1s}\n", `t.yaml:7:10: scrape.intervall: unknown key "intervall"; did you mean "interval"?`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

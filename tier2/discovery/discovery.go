@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/shared/config"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,24 +45,28 @@ type Cluster struct {
 // as far as Serves is concerned.
 func (c Cluster) Serves(model string) bool { return slices.Contains(c.Models, model) }
 
-// Validate checks a statically configured cluster.
+// Validate checks a statically configured cluster. Errors are
+// config.FieldErrors at the cluster's keys (name, address, ...).
 func (c Cluster) Validate() error {
 	var errs []error
 	if c.Name == "" {
-		errs = append(errs, errors.New("name is required"))
+		errs = append(errs, config.Errorf("name", "required"))
 	}
 	if c.Region == "" {
-		errs = append(errs, fmt.Errorf("cluster %q: region is required", c.Name))
+		errs = append(errs, config.Errorf("region", "required (cluster %q)", c.Name))
 	}
 	u, err := url.Parse(c.Address)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("cluster %q: address %q: want an http(s) base URL", c.Name, c.Address))
+		errs = append(errs, config.Errorf("address", "%q: want an http(s) base URL such as http://10.0.0.5:8080 (cluster %q)", c.Address, c.Name))
 	}
 	if c.Cost < 0 {
-		errs = append(errs, fmt.Errorf("cluster %q: cost is negative", c.Name))
+		errs = append(errs, config.Errorf("cost", "%v is negative (cluster %q)", c.Cost, c.Name))
 	}
 	if c.CostUnit != "" && c.CostUnit != cluster.CostPerGPUHour && c.CostUnit != cluster.CostPerMTok {
-		errs = append(errs, fmt.Errorf("cluster %q: cost_unit %q: want %q or %q", c.Name, c.CostUnit, cluster.CostPerGPUHour, cluster.CostPerMTok))
+		errs = append(errs, config.Errorf("cost_unit", "%q: want %q or %q (cluster %q)", c.CostUnit, cluster.CostPerGPUHour, cluster.CostPerMTok, c.Name))
+	}
+	if c.Capacity < 0 {
+		errs = append(errs, config.Errorf("capacity", "%d is negative (0: unknown)", c.Capacity))
 	}
 	return errors.Join(errs...)
 }

@@ -2,9 +2,13 @@ package server
 
 import (
 	"errors"
-	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/discovery"
@@ -103,17 +107,17 @@ type Tier1Config struct {
 
 // RoutingConfig tunes cluster choice, failover and timeouts.
 type RoutingConfig struct {
-	DefaultPolicy      string        `yaml:"default_policy"`        // cost-first (default), latency-first, region-pinned
-	SpillThreshold     float64       `yaml:"spill_threshold"`       // default 0.8
-	LatencyObjective   time.Duration `yaml:"latency_objective"`     // first-token objective; 0 = none
-	ErrorRateThreshold float64       `yaml:"error_rate_threshold"`  // default 0.2
-	TokensPerGPUSecond float64       `yaml:"tokens_per_gpu_second"` // converts gpu-hour costs to per-Mtok
-	QueuePerPod        float64       `yaml:"queue_per_pod"`         // default 4
-	MaxAttempts        int           `yaml:"max_attempts"`          // default 3
-	FailoverBudget     time.Duration `yaml:"failover_budget"`       // default 30s
-	FirstByteTimeout   time.Duration `yaml:"first_byte_timeout"`    // default 30s
-	ResponseTimeout    time.Duration `yaml:"response_timeout"`      // default 5m
-	MaxBodyBytes       int64         `yaml:"max_body_bytes"`        // default 8 MiB
+	DefaultPolicy      string        `yaml:"default_policy"`              // cost-first (default), latency-first, region-pinned
+	SpillThreshold     float64       `yaml:"spill_threshold"`             // default 0.8
+	LatencyObjective   time.Duration `yaml:"latency_objective"`           // first-token objective; 0 = none
+	ErrorRateThreshold float64       `yaml:"error_rate_threshold"`        // default 0.2
+	TokensPerGPUSecond float64       `yaml:"tokens_per_gpu_second"`       // converts gpu-hour costs to per-Mtok
+	QueuePerPod        float64       `yaml:"queue_per_pod"`               // default 4
+	MaxAttempts        int           `yaml:"max_attempts" config:"min=1"` // default 3
+	FailoverBudget     time.Duration `yaml:"failover_budget"`             // default 30s
+	FirstByteTimeout   time.Duration `yaml:"first_byte_timeout"`          // default 30s
+	ResponseTimeout    time.Duration `yaml:"response_timeout"`            // default 5m
+	MaxBodyBytes       int64         `yaml:"max_body_bytes"`              // default 8 MiB
 	Breaker            BreakerConfig `yaml:"breaker"`
 	// Adapters maps LoRA adapter names to their base model, for Tier 1
 	// clusters whose load summaries do not name it; a base model's
@@ -182,11 +186,11 @@ func (c *Config) SetDefaults() {
 		{&sc.StreamWriteTimeout, 30 * time.Second},
 		{&sc.MaxStreamDuration, 30 * time.Minute},
 	} {
-		if *d.p <= 0 {
+		if *d.p == 0 { // negative is refused by Validate
 			*d.p = d.def
 		}
 	}
-	if sc.MaxEventBytes <= 0 {
+	if sc.MaxEventBytes == 0 {
 		sc.MaxEventBytes = 1 << 20
 	}
 	if c.Consul != nil && c.Consul.Address == "" {
@@ -194,47 +198,245 @@ func (c *Config) SetDefaults() {
 	}
 }
 
-// Validate reports every problem at once.
+// Validate reports every problem at once, each at its key (FieldErrors
+// of shared/config).
 func (c *Config) Validate() error {
 	var errs []error
+	at := func(path, format string, args ...any) { errs = append(errs, config.Errorf(path, format, args...)) }
 	if c.Region == "" {
-		errs = append(errs, errors.New("region is required"))
+		at("region", "region is required: this replica's region, the first in its failover order")
 	}
 	if c.Consul == nil && len(c.Clusters) == 0 {
-		errs = append(errs, errors.New("either consul or clusters is required"))
+		at("clusters", "either consul or clusters is required: Tier 2 has no Tier 1 cluster to send to")
 	}
-	names := map[string]bool{}
+	names := map[string]int{}
 	for i, cl := range c.Clusters {
-		if err := cl.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("clusters[%d]: %w", i, err))
+		path := config.Index("clusters", i)
+		errs = append(errs, config.At(path, cl.Validate()))
+		if j, ok := names[cl.Name]; ok && cl.Name != "" {
+			at(path+".name", "duplicate name %q (also clusters[%d])", cl.Name, j)
 		}
-		if names[cl.Name] {
-			errs = append(errs, fmt.Errorf("clusters[%d]: duplicate name %q", i, cl.Name))
-		}
-		names[cl.Name] = true
+		names[cl.Name] = i
 	}
 	if _, err := route.ParsePolicy(c.Routing.DefaultPolicy, route.CostFirst); err != nil {
-		errs = append(errs, fmt.Errorf("routing.default_policy: %w", err))
+		at("routing.default_policy", "%v", err)
 	}
-	if t := c.Routing.SpillThreshold; t < 0 || t > 1 {
-		errs = append(errs, fmt.Errorf("routing.spill_threshold %v: want (0,1]", t))
-	}
+	errs = append(errs, c.validateNumbers()...)
 	if c.Redis != nil && len(c.Redis.Addresses) == 0 {
-		errs = append(errs, errors.New("redis.addresses is required when redis is set"))
+		at("redis.addresses", "required when redis is set (host:port, several for a cluster)")
 	}
 	if c.Admin.Listen != "" && c.Admin.Token == "" && c.Admin.TokenEnv == "" {
-		errs = append(errs, errors.New("admin.token or admin.token_env is required when admin.listen is set"))
+		at("admin.token", "admin.token or admin.token_env is required when admin.listen is set")
 	}
 	if err := c.Tracing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.JWT != nil {
 		if err := c.JWT.Validate(); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, config.At("", err))
 		}
 	}
 	errs = append(errs, c.validateTLS()...)
+	errs = append(errs, c.validateTenants()...)
+	errs = append(errs, config.ListenClashes([]config.Listener{
+		{Path: "listen", Addr: c.Listen}, {Path: "admin.listen", Addr: c.Admin.Listen}, {Path: "metrics.listen", Addr: c.Metrics.Listen},
+	}))
 	return errors.Join(errs...)
+}
+
+// validateNumbers refuses negative durations, counts and shares, which
+// would otherwise be taken silently as "use the default".
+func (c *Config) validateNumbers() []error {
+	var errs []error
+	durations := []struct {
+		path string
+		d    time.Duration
+	}{
+		{"routing.latency_objective", c.Routing.LatencyObjective}, {"routing.failover_budget", c.Routing.FailoverBudget},
+		{"routing.first_byte_timeout", c.Routing.FirstByteTimeout}, {"routing.response_timeout", c.Routing.ResponseTimeout},
+		{"routing.breaker.interval", c.Routing.Breaker.Interval}, {"routing.breaker.open_timeout", c.Routing.Breaker.OpenTimeout},
+		{"tier1.poll_interval", c.Tier1.PollInterval}, {"tier1.poll_timeout", c.Tier1.PollTimeout},
+		{"server.read_header_timeout", c.Server.ReadHeaderTimeout}, {"server.body_read_timeout", c.Server.BodyReadTimeout},
+		{"server.idle_timeout", c.Server.IdleTimeout}, {"server.stream_write_timeout", c.Server.StreamWriteTimeout},
+		{"server.max_stream_duration", c.Server.MaxStreamDuration},
+	}
+	if c.Consul != nil {
+		durations = append(durations, struct {
+			path string
+			d    time.Duration
+		}{"consul.wait_time", c.Consul.WaitTime}, struct {
+			path string
+			d    time.Duration
+		}{"consul.min_interval", c.Consul.MinInterval})
+	}
+	for _, d := range durations {
+		if d.d < 0 {
+			errs = append(errs, config.Errorf(d.path, "%v is negative (leave it out for the default)", d.d))
+		}
+	}
+	for _, n := range []struct {
+		path string
+		v    float64
+	}{
+		{"routing.max_attempts", float64(c.Routing.MaxAttempts)}, {"routing.max_body_bytes", float64(c.Routing.MaxBodyBytes)},
+		{"routing.queue_per_pod", c.Routing.QueuePerPod}, {"routing.tokens_per_gpu_second", c.Routing.TokensPerGPUSecond},
+		{"server.max_event_bytes", float64(c.Server.MaxEventBytes)}, {"limits.replicas", float64(c.Limits.Replicas)},
+	} {
+		if n.v < 0 {
+			errs = append(errs, config.Errorf(n.path, "%v is negative (leave it out for the default)", n.v))
+		}
+	}
+	for _, r := range []struct {
+		path string
+		v    float64
+	}{{"routing.error_rate_threshold", c.Routing.ErrorRateThreshold}, {"routing.breaker.failure_ratio", c.Routing.Breaker.FailureRatio}} {
+		if !(r.v >= 0 && r.v <= 1) {
+			errs = append(errs, config.Errorf(r.path, "want a share in [0, 1], got %v", r.v))
+		}
+	}
+	if t := c.Routing.SpillThreshold; !(t >= 0 && t <= 1) {
+		errs = append(errs, config.Errorf("routing.spill_threshold", "want a share in (0, 1], got %v", t))
+	}
+	if c.Redis != nil && c.Redis.DB < 0 {
+		errs = append(errs, config.Errorf("redis.db", "%d is negative", c.Redis.DB))
+	}
+	return errs
+}
+
+// validateTenants checks the seed tenants and keys, and what they name
+// against the static clusters: a region no cluster is in, a model no
+// cluster serves. Those are checked only without Consul, when the static
+// list is every cluster there is.
+func (c *Config) validateTenants() []error {
+	var errs []error
+	at := func(path, format string, args ...any) { errs = append(errs, config.Errorf(path, format, args...)) }
+	regions, served := c.staticRegions(), c.staticModels()
+	ids := map[string]int{}
+	for i, t := range c.Tenants {
+		path := config.Index("tenants", i)
+		if j, ok := ids[t.ID]; ok {
+			at(path+".id", "duplicate tenant %q (also tenants[%d])", t.ID, j)
+		}
+		ids[t.ID] = i
+		n := t.Clone()
+		n.Normalize()
+		if err := n.Validate(); err != nil {
+			errs = append(errs, tenantError(path, n, err))
+		}
+		if regions != nil && t.Region != "" && !slices.Contains(regions, t.Region) {
+			at(path+".region", "%q is not the region of any cluster (regions: %s); its requests would find no cluster",
+				t.Region, strings.Join(regions, ", "))
+		}
+		if served != nil {
+			for _, m := range slices.Sorted(maps.Keys(t.ModelLimits)) {
+				if !served[m] {
+					at(config.Key(path+".model_limits", m), "no cluster serves model %q (served: %s)", m, strings.Join(slices.Sorted(maps.Keys(served)), ", "))
+				}
+			}
+		}
+	}
+	if served != nil {
+		for _, a := range slices.Sorted(maps.Keys(c.Routing.Adapters)) {
+			if b := c.Routing.Adapters[a]; !served[b] {
+				at(config.Key("routing.adapters", a), "base model %q is served by no cluster (served: %s)", b, strings.Join(slices.Sorted(maps.Keys(served)), ", "))
+			}
+		}
+	}
+	keys := map[string]int{}
+	for i, k := range c.Keys {
+		path := config.Index("keys", i)
+		switch _, ok := ids[k.TenantID]; {
+		case k.TenantID == "":
+			at(path+".tenant", "required: the id of the tenant the key authenticates")
+		case !ok && c.Redis == nil:
+			// With Redis the tenant may have been created through the
+			// admin API.
+			at(path+".tenant", "unknown tenant %q (tenants: %s)", k.TenantID, c.tenantIDs())
+		}
+		switch {
+		case (k.Key == "") == (k.SHA256 == ""):
+			at(path, "set exactly one of key and sha256")
+		case k.SHA256 != "" && !sha256Hex.MatchString(k.SHA256):
+			at(path+".sha256", "want 64 hexadecimal digits (the key's SHA-256), got %d characters", len(k.SHA256))
+		}
+		secret := k.Key + "/" + strings.ToLower(k.SHA256)
+		if j, ok := keys[secret]; ok {
+			at(path, "the same key as keys[%d]", j)
+		}
+		keys[secret] = i
+	}
+	return errs
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+// tenantError puts a tenant's FieldError at its key; model_limits fields
+// name a model, which may hold dots.
+func tenantError(path string, t *tenant.Tenant, err error) error {
+	var fe *tenant.FieldError
+	if !errors.As(err, &fe) {
+		return config.At(path, err)
+	}
+	field := fe.Field
+	if rest, ok := strings.CutPrefix(field, "model_limits."); ok {
+		for m := range t.ModelLimits {
+			if sub, ok := strings.CutPrefix(rest, m+"."); ok {
+				return config.Errorf(config.Key(path+".model_limits", m)+"."+sub, "%s", fe.Msg)
+			}
+		}
+	}
+	return config.Errorf(path+"."+field, "%s", fe.Msg)
+}
+
+func (c *Config) tenantIDs() string {
+	var ids []string
+	for _, t := range c.Tenants {
+		ids = append(ids, t.ID)
+	}
+	if len(ids) == 0 {
+		return "none configured"
+	}
+	return strings.Join(ids, ", ")
+}
+
+// staticRegions returns the static clusters' regions when they are the
+// whole list (no Consul); nil when regions cannot be known here.
+func (c *Config) staticRegions() []string {
+	if c.Consul != nil || len(c.Clusters) == 0 {
+		return nil
+	}
+	var out []string
+	for _, cl := range c.Clusters {
+		if cl.Region != "" && !slices.Contains(out, cl.Region) {
+			out = append(out, cl.Region)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// staticModels returns the models the static clusters serve (and the
+// adapters routing.adapters maps onto them) when that is knowable: no
+// Consul, and every cluster lists its models.
+func (c *Config) staticModels() map[string]bool {
+	if c.Consul != nil || len(c.Clusters) == 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, cl := range c.Clusters {
+		if len(cl.Models) == 0 {
+			return nil // a cluster whose models are unknown may serve anything
+		}
+		for _, m := range cl.Models {
+			out[m] = true
+		}
+	}
+	for a, b := range c.Routing.Adapters {
+		if out[b] {
+			out[a] = true
+		}
+	}
+	return out
 }
 
 // validateTLS checks the TLS blocks; errors name their keys.

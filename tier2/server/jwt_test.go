@@ -161,7 +161,7 @@ func TestJWTConfig(t *testing.T) {
 		{"remote without audience", "jwt: {jwks_url: 'https://idp/keys'}", "jwt.audience is required"},
 		{"discovery without issuer", "jwt: {oidc_discovery: true, audience: a}", "jwt.issuer"},
 		{"leeway too large", "jwt: {hmac_secret_env: S, leeway: 1h}", "jwt.leeway"},
-		{"leeway not a duration", "jwt: {hmac_secret_env: S, leeway: lots}", "time.Duration"},
+		{"leeway not a duration", "jwt: {hmac_secret_env: S, leeway: lots}", "want a duration"},
 		{"audience map", "jwt: {hmac_secret_env: S, audience: {a: b}}", "string or a list"},
 		{"tiny refresh", "jwt: {jwks_url: 'https://idp/keys', audience: a, refresh_interval: 1ms}", "jwt.refresh_interval"},
 		{"tls key typo", "jwt: {jwks_url: 'https://idp/keys', audience: a, tls: {ca: x}}", "ca"},
