@@ -123,7 +123,7 @@ func TestFaultPodKill(t *testing.T) {
 	recs := run.wait()
 
 	f := sum(recs)
-	retries, _ := metricValue(ctx, c.metrics, "infergate_retries_total")
+	retries, _ := metricValue(ctx, c.metrics, "infergate_tier1_retries_total")
 	f.report(t, "pod-kill", time.Since(begin), fmt.Sprintf("tier1_retries=%v killed_at=%v", retries, killed.Round(time.Millisecond)))
 	requireNoFailedBefore(t, f)
 	before := 0

@@ -403,7 +403,7 @@ func metricValue(ctx context.Context, url, name string) (float64, error) {
 	return total, nil
 }
 
-// limiterWatch polls Tier 2's infergate_ratelimit_redis_down gauge, so a
+// limiterWatch polls Tier 2's infergate_tier2_ratelimit_redis_down gauge, so a
 // test knows how long the limiter decided locally (fail open), whether
 // from the fault it injected or from a Redis call that merely timed out.
 type limiterWatch struct {
@@ -433,7 +433,7 @@ func watchLimiter(ctx context.Context, metricsURL string, began time.Time) *limi
 		tick := time.NewTicker(w.interval)
 		defer tick.Stop()
 		for {
-			v, err := metricValue(ctx, metricsURL, "infergate_ratelimit_redis_down")
+			v, err := metricValue(ctx, metricsURL, "infergate_tier2_ratelimit_redis_down")
 			if err == nil {
 				w.mu.Lock()
 				w.samples = append(w.samples, downSample{time.Since(began), v > 0})

@@ -106,8 +106,8 @@ func startReplicaSet(t *testing.T, replicas, pods int, scale float64) *replicaSe
 	ctx := context.Background()
 	for _, r := range s.tier1 {
 		waitFor(t, r.name+" to see its peers", 30*time.Second, func() error {
-			if v, _ := metricValue(ctx, r.metrics, "infergate_peers_live"); int(v) != replicas-1 {
-				return fmt.Errorf("infergate_peers_live %v", v)
+			if v, _ := metricValue(ctx, r.metrics, "infergate_tier1_peers_live"); int(v) != replicas-1 {
+				return fmt.Errorf("infergate_tier1_peers_live %v", v)
 			}
 			return nil
 		})
@@ -250,7 +250,7 @@ func conversationBody(model string, maxTokens int) func(i int, stream bool) stri
 //     within replicasHitLoss of the rate before it.
 //   - The survivors stop counting the dead replica's in-flight requests
 //     once the peers TTL passed: when the load is over their
-//     infergate_pod_in_flight drops to zero.
+//     infergate_tier1_pod_in_flight drops to zero.
 func TestReplicasKill(t *testing.T) {
 	const (
 		replicas = 3
@@ -280,7 +280,7 @@ func TestReplicasKill(t *testing.T) {
 	run.at(killAt - 2*time.Second)
 	served := make([]float64, replicas)
 	for i, r := range s.tier1 {
-		served[i], _ = metricValue(ctx, r.metrics, "infergate_requests_total")
+		served[i], _ = metricValue(ctx, r.metrics, "infergate_tier1_requests_total")
 	}
 	vi := 0 // the replica Tier 2 sent the most to: the kill must hit load
 	for i := range served {
@@ -320,7 +320,7 @@ func TestReplicasKill(t *testing.T) {
 	before, after := hitRate(c0, c1), hitRate(c2, c3)
 	var expired float64
 	for _, r := range survivors {
-		v, _ := metricValue(ctx, r.metrics, "infergate_peers_expired_total")
+		v, _ := metricValue(ctx, r.metrics, "infergate_tier1_peers_expired_total")
 		expired += v
 	}
 	failovers, _ := metricValue(ctx, s.tier2Metrics, "infergate_tier2_failovers_total")
@@ -373,22 +373,22 @@ func TestReplicasKill(t *testing.T) {
 	// over, their pods' in-flight gauges return to zero. Generous bound:
 	// TTL plus heartbeat plus a loaded machine.
 	if expired < float64(len(survivors)) {
-		t.Errorf("infergate_peers_expired_total on the survivors %v, want each to have expired the dead replica", expired)
+		t.Errorf("infergate_tier1_peers_expired_total on the survivors %v, want each to have expired the dead replica", expired)
 	}
 	urls := make([]string, len(survivors))
 	for i, r := range survivors {
 		urls[i] = r.metrics
 	}
 	waitFor(t, "survivors to drop the dead replica's in-flight counts", peersTTL+15*time.Second, func() error {
-		v, err := sumOver(ctx, "infergate_pod_in_flight", urls...)
+		v, err := sumOver(ctx, "infergate_tier1_pod_in_flight", urls...)
 		if err == nil && v != 0 {
-			err = fmt.Errorf("infergate_pod_in_flight %v", v)
+			err = fmt.Errorf("infergate_tier1_pod_in_flight %v", v)
 		}
 		return err
 	})
 	for _, r := range survivors {
-		if v, _ := metricValue(ctx, r.metrics, "infergate_peers_live"); int(v) != len(survivors)-1 {
-			t.Errorf("%s: infergate_peers_live %v, want %d", r.name, v, len(survivors)-1)
+		if v, _ := metricValue(ctx, r.metrics, "infergate_tier1_peers_live"); int(v) != len(survivors)-1 {
+			t.Errorf("%s: infergate_tier1_peers_live %v, want %d", r.name, v, len(survivors)-1)
 		}
 	}
 }

@@ -151,10 +151,10 @@ func TestDashboards(t *testing.T) {
 	// Metrics Tier 1 and Tier 2 export (each dashboard must use them).
 	wantMetrics := map[string][]string{
 		"infergate-tier1": {
-			"infergate_requests_total", "infergate_ttft_seconds_bucket", "infergate_request_duration_seconds_bucket",
-			"infergate_chosen_pod_score_sum", "infergate_retries_total", "infergate_shed_total",
-			"infergate_queue_length", "infergate_pod_ready", "infergate_pod_in_flight",
-			"infergate_scrape_age_seconds", "infergate_pod_queue_depth", "infergate_pod_kv_cache_usage",
+			"infergate_tier1_requests_total", "infergate_tier1_ttft_seconds_bucket", "infergate_tier1_request_duration_seconds_bucket",
+			"infergate_tier1_chosen_pod_score_sum", "infergate_tier1_retries_total", "infergate_tier1_shed_total",
+			"infergate_tier1_queue_length", "infergate_tier1_pod_ready", "infergate_tier1_pod_in_flight",
+			"infergate_tier1_scrape_age_seconds", "infergate_tier1_pod_queue_depth", "infergate_tier1_pod_kv_cache_usage",
 		},
 		"infergate-tier2": {
 			"infergate_tier2_route_decisions_total", "infergate_tier2_requests_total", "infergate_tier2_breaker_state",

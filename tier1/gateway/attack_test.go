@@ -150,7 +150,7 @@ func TestStalledStreamingClientIsDropped(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := counterValue(t, e.gw, "infergate_requests_total", "status", "499"); n != 1 {
+	if n := counterValue(t, e.gw, "infergate_tier1_requests_total", "status", "499"); n != 1 {
 		t.Errorf("499s counted: %v, want 1", n)
 	}
 }
@@ -182,7 +182,7 @@ func TestMaxStreamEndsLongStream(t *testing.T) {
 	case <-time.After(attackWait):
 		t.Fatal("stream not cut at max_stream")
 	}
-	if n := counterValue(t, e.gw, "infergate_requests_total", "status", "504"); n != 1 {
+	if n := counterValue(t, e.gw, "infergate_tier1_requests_total", "status", "504"); n != 1 {
 		t.Errorf("504s counted: %v, want 1", n)
 	}
 }
@@ -225,16 +225,16 @@ func TestCloseAfterDoneIsNotClientClosed(t *testing.T) {
 	}
 	resp.Body.Close() // hang up at once
 	deadline := time.Now().Add(attackWait)
-	for counterValue(t, e.gw, "infergate_requests_total", "pod", "p0") == 0 {
+	for counterValue(t, e.gw, "infergate_tier1_requests_total", "pod", "p0") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("request never counted")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := counterValue(t, e.gw, "infergate_requests_total", "status", "499"); n != 0 {
+	if n := counterValue(t, e.gw, "infergate_tier1_requests_total", "status", "499"); n != 0 {
 		t.Errorf("counted as 499 (%v)", n)
 	}
-	if n := counterValue(t, e.gw, "infergate_requests_total", "status", "200"); n != 1 {
+	if n := counterValue(t, e.gw, "infergate_tier1_requests_total", "status", "200"); n != 1 {
 		t.Errorf("200s counted: %v, want 1", n)
 	}
 }

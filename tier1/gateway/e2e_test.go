@@ -439,8 +439,8 @@ func TestE2EEngineDetectionAndMissingMetrics(t *testing.T) {
 			t.Errorf("%s: engine %q hasKV %v missing %q ready %v; want %+v", p.Name, p.Engine, p.Metrics.HasKV, p.Metrics.Missing, p.Ready, w)
 		}
 	}
-	if v := gaugeSeries(t, se.gw, "infergate_scorer_input_missing"); v != 1 {
-		t.Errorf("infergate_scorer_input_missing series = %d, want 1 (tgi kv)", v)
+	if v := gaugeSeries(t, se.gw, "infergate_tier1_scorer_input_missing"); v != 1 {
+		t.Errorf("infergate_tier1_scorer_input_missing series = %d, want 1 (tgi kv)", v)
 	}
 	// All three serve traffic.
 	for i := 0; i < 3; i++ {

@@ -170,7 +170,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 	// Prefix-index writes run off the request path (see RecordAsync).
 	g.tracker = picker.NewTracker(picker.TrackerOptions{RecordAsync: true})
 	g.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "infergate_prefix_records_dropped_total",
+		Name: "infergate_tier1_prefix_records_dropped_total",
 		Help: "Dispatches not recorded in the prefix index because its write queue was full.",
 	}, func() float64 { return float64(g.tracker.RecordsDropped()) }))
 	sched, err := picker.NewScheduler(cfg.Scheduler, picker.Options{Tracker: g.tracker, Rand: opts.Rand})

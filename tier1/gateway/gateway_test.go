@@ -207,7 +207,7 @@ func TestRetryOnNextPod(t *testing.T) {
 			if a.hits.Load() != 1 || b.hits.Load() != 1 {
 				t.Errorf("hits a=%d b=%d, want 1 and 1", a.hits.Load(), b.hits.Load())
 			}
-			if v := counterValue(t, e.gw, "infergate_retries_total", "reason", tt.reason); v != 1 {
+			if v := counterValue(t, e.gw, "infergate_tier1_retries_total", "reason", tt.reason); v != 1 {
 				t.Errorf("retries{reason=%s} = %v, want 1", tt.reason, v)
 			}
 		})
@@ -226,8 +226,8 @@ func TestRetryConnectRefused(t *testing.T) {
 	// The failed pod is held out until rescraped: the next request goes
 	// straight to b without a retry.
 	res = e.do(t, "POST", "/v1/chat/completions", chatBody("llama", "again"), nil)
-	if res.status != 200 || counterValue(t, e.gw, "infergate_retries_total", "reason", "connect") != 1 {
-		t.Errorf("second request: %d, retries %v", res.status, counterValue(t, e.gw, "infergate_retries_total", "reason", "connect"))
+	if res.status != 200 || counterValue(t, e.gw, "infergate_tier1_retries_total", "reason", "connect") != 1 {
+		t.Errorf("second request: %d, retries %v", res.status, counterValue(t, e.gw, "infergate_tier1_retries_total", "reason", "connect"))
 	}
 }
 

@@ -244,9 +244,9 @@ func (g *Gateway) handleReady(w http.ResponseWriter, r *http.Request) {
 type podCollector struct{ g *Gateway }
 
 var (
-	podReadyDesc = prometheus.NewDesc("infergate_pod_ready", "1 when the pod can receive requests.",
+	podReadyDesc = prometheus.NewDesc("infergate_tier1_pod_ready", "1 when the pod can receive requests.",
 		[]string{"pod", "pool"}, nil)
-	podInFlightDesc = prometheus.NewDesc("infergate_pod_in_flight", "Requests the router has dispatched to the pod and not finished.",
+	podInFlightDesc = prometheus.NewDesc("infergate_tier1_pod_in_flight", "Requests the router has dispatched to the pod and not finished.",
 		[]string{"pod", "pool"}, nil)
 )
 

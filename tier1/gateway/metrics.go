@@ -21,43 +21,43 @@ var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_requests_total",
+			Name: "infergate_tier1_requests_total",
 			Help: "Requests handled, by model, pool, pod that served (\"\" if none) and HTTP status.",
 		}, []string{"model", "pool", "pod", "status"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_ttft_seconds",
+			Name:    "infergate_tier1_ttft_seconds",
 			Help:    "Router-seen time to first response byte (first streamed event), from request arrival.",
 			Buckets: latencyBuckets,
 		}, []string{"model", "pool"}),
 		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_request_duration_seconds",
+			Name:    "infergate_tier1_request_duration_seconds",
 			Help:    "Router-seen end-to-end request duration.",
 			Buckets: latencyBuckets,
 		}, []string{"model", "pool"}),
 		scores: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_chosen_pod_score",
+			Name:    "infergate_tier1_chosen_pod_score",
 			Help:    "Per-scorer score, in [0,1], of the pod each request was first sent to.",
 			Buckets: prometheus.LinearBuckets(0.1, 0.1, 10),
 		}, []string{"pool", "scorer"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_retries_total",
+			Name: "infergate_tier1_retries_total",
 			Help: "Attempts retried on the next-best pod, by reason of the failed attempt.",
 		}, []string{"pool", "reason"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_queue_wait_seconds",
+			Name:    "infergate_tier1_queue_wait_seconds",
 			Help:    "Time requests waited in the router's queue while every pod was saturated.",
 			Buckets: latencyBuckets,
 		}, []string{"pool"}),
 		queueLen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_queue_length",
+			Name: "infergate_tier1_queue_length",
 			Help: "Requests waiting in the router's queue.",
 		}, []string{"pool"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_shed_total",
+			Name: "infergate_tier1_shed_total",
 			Help: "Sheddable requests rejected with 429 because every pod was saturated.",
 		}, []string{"model", "pool"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_config_reloads_total",
+			Name: "infergate_tier1_config_reloads_total",
 			Help: "Configuration reloads, by result (ok, error).",
 		}, []string{"result"}),
 	}

@@ -20,7 +20,7 @@ type Metrics struct {
 	resets   *prometheus.CounterVec
 }
 
-// Error reasons (infergate_kv_events_errors_total{reason}).
+// Error reasons (infergate_tier1_kv_events_errors_total{reason}).
 const (
 	reasonConnect    = "connect"     // dialling a publisher failed
 	reasonRecv       = "recv"        // a connection ended (publisher gone)
@@ -39,27 +39,27 @@ var errorReasons = []string{reasonConnect, reasonRecv, reasonLimit, reasonFrame,
 func NewMetrics(reg prometheus.Registerer, idx *Index) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "infergate_kv_events_messages_total",
+			Name: "infergate_tier1_kv_events_messages_total",
 			Help: "KV-event messages received from pods (live and replayed).",
 		}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_kv_events_total",
+			Name: "infergate_tier1_kv_events_total",
 			Help: "KV-cache events applied to the index, by type.",
 		}, []string{"type"}),
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_kv_events_errors_total",
+			Name: "infergate_tier1_kv_events_errors_total",
 			Help: "KV-event subscriber errors, by reason (connect, recv, limit, frame, decode, unknown_pod, overflow, replay).",
 		}, []string{"reason"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_kv_index_dropped_blocks_total",
+			Name: "infergate_tier1_kv_index_dropped_blocks_total",
 			Help: "Stored blocks not indexed, by reason (cap, orphan, medium, block_size, inconsistent).",
 		}, []string{"reason"}),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_kv_events_gaps_total",
+			Name: "infergate_tier1_kv_events_gaps_total",
 			Help: "Sequence gaps in a pod's event stream, by outcome (replayed, unrepaired).",
 		}, []string{"outcome"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_kv_index_resets_total",
+			Name: "infergate_tier1_kv_index_resets_total",
 			Help: "Times a pod's entries were dropped, by reason (restart, publisher_gone, gap, joined, decode_error).",
 		}, []string{"reason"}),
 	}
@@ -130,11 +130,11 @@ func (m *Metrics) applied(b *Batch, st ApplyStats) {
 type indexCollector struct{ idx *Index }
 
 var (
-	podStateDesc = prometheus.NewDesc("infergate_kv_events_pod_state",
+	podStateDesc = prometheus.NewDesc("infergate_tier1_kv_events_pod_state",
 		"1 for the state the pod's KV-event stream is in (fresh, stale, absent), 0 for the others.", []string{"pod", "state"}, nil)
-	podBlocksDesc = prometheus.NewDesc("infergate_kv_index_blocks",
+	podBlocksDesc = prometheus.NewDesc("infergate_tier1_kv_index_blocks",
 		"KV blocks the exact index holds for the pod.", []string{"pod"}, nil)
-	indexBytesDesc = prometheus.NewDesc("infergate_kv_index_bytes",
+	indexBytesDesc = prometheus.NewDesc("infergate_tier1_kv_index_bytes",
 		"Estimated memory of the exact KV index, all pods.", nil, nil)
 )
 

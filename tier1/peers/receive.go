@@ -329,7 +329,7 @@ func (n *Node) reap(ctx context.Context) {
 				n.dropLog.Warn("peer state updates dropped (queues full); heartbeats repair counts, prefix records are lost", "dropped_total", d)
 				lastDrops = d
 			}
-			n.refused.Flush("more peers refused since the previous line (infergate_peers_rejected_total)")
+			n.refused.Flush("more peers refused since the previous line (infergate_tier1_peers_rejected_total)")
 			n.unreach.Flush("more peers not dialled since the previous line")
 			var gone []*origin
 			n.mu.Lock()

@@ -234,16 +234,16 @@ func New(ctx context.Context, opts Options) *Scraper {
 		epoch:   time.Now(),
 		targets: map[string]*target{},
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_scrape_errors_total",
+			Name: "infergate_tier1_scrape_errors_total",
 			Help: "Failed scrapes of a pod's /metrics.",
 		}, []string{"pod"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "infergate_scrape_duration_seconds",
+			Name:    "infergate_tier1_scrape_duration_seconds",
 			Help:    "Time to fetch and parse one pod's /metrics.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
 		missing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_scorer_input_missing",
+			Name: "infergate_tier1_scorer_input_missing",
 			Help: "1 when a pod's engine does not export a metric an enabled scorer needs.",
 		}, []string{"pod", "metric"}),
 	}
@@ -648,13 +648,13 @@ func (s *Scraper) fetchModels(ctx context.Context, t Target) ([]Model, error) {
 type ageCollector struct{ s *Scraper }
 
 var (
-	ageDesc = prometheus.NewDesc("infergate_scrape_age_seconds",
+	ageDesc = prometheus.NewDesc("infergate_tier1_scrape_age_seconds",
 		"Seconds since the pod's /metrics was last scraped successfully (-1: never).", []string{"pod"}, nil)
-	queueDesc = prometheus.NewDesc("infergate_pod_queue_depth",
+	queueDesc = prometheus.NewDesc("infergate_tier1_pod_queue_depth",
 		"Requests waiting on the pod's server, as last scraped.", []string{"pod"}, nil)
-	runningDesc = prometheus.NewDesc("infergate_pod_running",
+	runningDesc = prometheus.NewDesc("infergate_tier1_pod_running",
 		"Requests running on the pod's server, as last scraped.", []string{"pod"}, nil)
-	kvDesc = prometheus.NewDesc("infergate_pod_kv_cache_usage",
+	kvDesc = prometheus.NewDesc("infergate_tier1_pod_kv_cache_usage",
 		"KV-cache utilization in [0,1] as last scraped; absent when the engine does not export it.", []string{"pod"}, nil)
 )
 

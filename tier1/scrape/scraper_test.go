@@ -120,17 +120,17 @@ func TestScraper(t *testing.T) {
 	if n := strings.Count(logs.String(), "does not export metrics"); n != 1 {
 		t.Errorf("missing-metric log lines = %d, want exactly 1\n%s", n, logs.String())
 	}
-	if v := gaugeValue(t, reg, "infergate_scorer_input_missing", "metric", "kv_cache_usage"); v != 1 {
-		t.Errorf("infergate_scorer_input_missing = %v, want 1", v)
+	if v := gaugeValue(t, reg, "infergate_tier1_scorer_input_missing", "metric", "kv_cache_usage"); v != 1 {
+		t.Errorf("infergate_tier1_scorer_input_missing = %v, want 1", v)
 	}
 	// The scraped state is exported per pod; TGI has no KV usage to export.
-	if v := gaugeValue(t, reg, "infergate_pod_queue_depth", "pod", "tgi-0"); v != 7 {
-		t.Errorf("infergate_pod_queue_depth = %v, want 7", v)
+	if v := gaugeValue(t, reg, "infergate_tier1_pod_queue_depth", "pod", "tgi-0"); v != 7 {
+		t.Errorf("infergate_tier1_pod_queue_depth = %v, want 7", v)
 	}
-	if v := gaugeValue(t, reg, "infergate_pod_running", "pod", "tgi-0"); v != 4 {
-		t.Errorf("infergate_pod_running = %v, want 4", v)
+	if v := gaugeValue(t, reg, "infergate_tier1_pod_running", "pod", "tgi-0"); v != 4 {
+		t.Errorf("infergate_tier1_pod_running = %v, want 4", v)
 	}
-	if n := len(series(t, reg, "infergate_pod_kv_cache_usage")); n != 0 {
+	if n := len(series(t, reg, "infergate_tier1_pod_kv_cache_usage")); n != 0 {
 		t.Errorf("kv usage series for a TGI pod = %d, want 0", n)
 	}
 	waitFor(t, "models", func() bool { st, _ := s.Get("tgi-0"); return st.Models != nil })
@@ -142,10 +142,10 @@ func TestScraper(t *testing.T) {
 	// The pod starts exporting KV usage (engine changes): the gauge clears.
 	pod.set(vllmText, 200)
 	waitFor(t, "kv present", func() bool { st, _ := s.Get("tgi-0"); return st.Metrics.HasKV })
-	if n := len(series(t, reg, "infergate_scorer_input_missing")); n != 0 {
+	if n := len(series(t, reg, "infergate_tier1_scorer_input_missing")); n != 0 {
 		t.Errorf("missing gauge series = %d, want 0", n)
 	}
-	if n := len(series(t, reg, "infergate_pod_kv_cache_usage")); n != 1 {
+	if n := len(series(t, reg, "infergate_tier1_pod_kv_cache_usage")); n != 1 {
 		t.Errorf("kv usage series once exported = %d, want 1", n)
 	}
 
@@ -156,13 +156,13 @@ func TestScraper(t *testing.T) {
 	if st.LastError == "" || !st.Metrics.HasKV || st.Age(time.Now()) <= 0 {
 		t.Errorf("after failures: err %q hasKV %v", st.LastError, st.Metrics.HasKV)
 	}
-	if v := series(t, reg, "infergate_scrape_errors_total")[0].GetCounter().GetValue(); v < 3 {
+	if v := series(t, reg, "infergate_tier1_scrape_errors_total")[0].GetCounter().GetValue(); v < 3 {
 		t.Errorf("errors counter = %v, want >= 3", v)
 	}
 	if n := strings.Count(logs.String(), "scrape failed"); n != 1 {
 		t.Errorf("scrape-failed log lines = %d, want 1", n)
 	}
-	if n := len(series(t, reg, "infergate_scrape_age_seconds")); n != 1 {
+	if n := len(series(t, reg, "infergate_tier1_scrape_age_seconds")); n != 1 {
 		t.Errorf("age series = %d", n)
 	}
 
@@ -178,7 +178,7 @@ func TestScraper(t *testing.T) {
 	if after := pod.scrapes.Load(); after != before {
 		t.Errorf("scrapes continued after removal: %d -> %d", before, after)
 	}
-	if n := len(series(t, reg, "infergate_scrape_age_seconds")); n != 0 {
+	if n := len(series(t, reg, "infergate_tier1_scrape_age_seconds")); n != 0 {
 		t.Errorf("age series after removal = %d", n)
 	}
 }

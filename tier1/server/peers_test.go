@@ -116,9 +116,9 @@ func TestReplicasShareState(t *testing.T) {
 			got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	if got["infergate_peers_connected"] != n-1 || got["infergate_peers_frames_sent_total"] == 0 || got["infergate_tls_certificate_expiry_timestamp_seconds"] == 0 {
-		t.Errorf("peers metrics: connected %v, frames sent %v, certificate expiry %v", got["infergate_peers_connected"],
-			got["infergate_peers_frames_sent_total"], got["infergate_tls_certificate_expiry_timestamp_seconds"])
+	if got["infergate_tier1_peers_connected"] != n-1 || got["infergate_tier1_peers_frames_sent_total"] == 0 || got["infergate_tls_certificate_expiry_timestamp_seconds"] == 0 {
+		t.Errorf("peers metrics: connected %v, frames sent %v, certificate expiry %v", got["infergate_tier1_peers_connected"],
+			got["infergate_tier1_peers_frames_sent_total"], got["infergate_tls_certificate_expiry_timestamp_seconds"])
 	}
 }
 

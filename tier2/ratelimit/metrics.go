@@ -9,11 +9,11 @@ func (l *Limiter) Collector() prometheus.Collector { return collector{l} }
 type collector struct{ l *Limiter }
 
 var (
-	descAdmits   = prometheus.NewDesc("infergate_ratelimit_admissions_total", "Admit calls.", nil, nil)
-	descCalls    = prometheus.NewDesc("infergate_ratelimit_redis_calls_total", "Redis script calls, by cause (admission, prefetch, background).", []string{"cause"}, nil)
-	descDegraded = prometheus.NewDesc("infergate_ratelimit_degraded_admissions_total", "Admissions decided by local fail-open limits.", nil, nil)
-	descErrors   = prometheus.NewDesc("infergate_ratelimit_redis_errors_total", "Failed or timed-out Redis calls.", nil, nil)
-	descDown     = prometheus.NewDesc("infergate_ratelimit_redis_down", "1 while Redis is considered unreachable.", nil, nil)
+	descAdmits   = prometheus.NewDesc("infergate_tier2_ratelimit_admissions_total", "Admit calls.", nil, nil)
+	descCalls    = prometheus.NewDesc("infergate_tier2_ratelimit_redis_calls_total", "Redis script calls, by cause (admission, prefetch, background).", []string{"cause"}, nil)
+	descDegraded = prometheus.NewDesc("infergate_tier2_ratelimit_degraded_admissions_total", "Admissions decided by local fail-open limits.", nil, nil)
+	descErrors   = prometheus.NewDesc("infergate_tier2_ratelimit_redis_errors_total", "Failed or timed-out Redis calls.", nil, nil)
+	descDown     = prometheus.NewDesc("infergate_tier2_ratelimit_redis_down", "1 while Redis is considered unreachable.", nil, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {

@@ -32,7 +32,7 @@ func TestCollector(t *testing.T) {
 			}
 		}
 	}
-	if got["infergate_ratelimit_admissions_total"] != 3 || n != 7 {
+	if got["infergate_tier2_ratelimit_admissions_total"] != 3 || n != 7 {
 		t.Fatalf("metrics: %v (%d series)", got, n)
 	}
 }

@@ -207,7 +207,7 @@ func TestServe(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"infergate_tier2_requests_total", "infergate_tier2_discovery_clusters", "infergate_ratelimit_admissions_total"} {
+	for _, m := range []string{"infergate_tier2_requests_total", "infergate_tier2_discovery_clusters", "infergate_tier2_ratelimit_admissions_total"} {
 		if !strings.Contains(string(metrics), m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
