@@ -40,6 +40,7 @@ type exchange struct {
 	injected  bool
 	requestID string
 	log       *slog.Logger // carries request_id
+	start     time.Time    // the request's arrival, for the TTFT metric
 
 	usage   *openai.Usage
 	relayed int                // stream events relayed to the client, for cancelledTokens
@@ -190,6 +191,7 @@ func (x *exchange) try(cand route.Candidate, a *route.Attempt) (attemptResult, e
 		return retryOrDone(err)
 	}
 	x.served = &cand.Cluster
+	x.w.lab.cluster, x.w.lab.region = cand.Cluster.Name, cand.Cluster.Region
 	h := x.w.Header()
 	h.Set(cluster.HeaderCluster, cand.Cluster.Name)
 	h.Set(cluster.HeaderRegion, cand.Cluster.Region)

@@ -37,7 +37,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/discovery"
@@ -124,7 +123,11 @@ type Options struct {
 	// them (they name tenants): tier2/server does, on its own listener.
 	// Default: a private registry.
 	Registry prometheus.Registerer
-	Logger   *slog.Logger
+	// MaxTenantLabels and MaxModelLabels bound the tenant and model label
+	// values of the metrics: the first ones seen keep their own, later
+	// ones read "other" (docs/metrics.md). Default 100 each.
+	MaxTenantLabels, MaxModelLabels int
+	Logger                          *slog.Logger
 	// TracerProvider records the request's spans (docs/tracing.md); nil
 	// turns tracing off.
 	TracerProvider trace.TracerProvider
@@ -171,6 +174,12 @@ func (o *Options) setDefaults() {
 		reg := prometheus.NewRegistry()
 		o.Registry = reg
 	}
+	if o.MaxTenantLabels <= 0 {
+		o.MaxTenantLabels = 100
+	}
+	if o.MaxModelLabels <= 0 {
+		o.MaxModelLabels = 100
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -202,7 +211,7 @@ func New(opts Options) (*Gateway, error) {
 		tracer: tracing.NewTracer(opts.TracerProvider, tracerName),
 	}
 	var err error
-	if g.metrics, err = newMetrics(opts.Registry); err != nil {
+	if g.metrics, err = newMetrics(opts.Registry, opts.MaxTenantLabels, opts.MaxModelLabels); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
@@ -297,7 +306,8 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 type statusWriter struct {
 	http.ResponseWriter
 	code      int
-	anthropic bool // an Anthropic Messages path: errors in that shape
+	anthropic bool   // an Anthropic Messages path: errors in that shape
+	lab       labels // the request's metric labels, filled as it goes
 }
 
 // AnthropicErrors implements openai.AnthropicShaper.
@@ -354,6 +364,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	w.lab.tenant = g.tenantLabels.value(t.ID)
 	body, ok := g.readBody(w, r)
 	if !ok {
 		return
@@ -390,7 +401,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	// carry usage.)
 	x := &exchange{
 		g: g, w: w, r: r, t: t, body: body, model: req.Model, stream: req.Stream, api: openai.APIForPath(r.URL.Path),
-		requestID: id, log: log,
+		requestID: id, log: log, start: start,
 	}
 	if endpoint == "chat/completions" || endpoint == "completions" {
 		sp, changed, err := req.IncludeUsage(body)
@@ -411,7 +422,7 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 	if x.broken {
 		u = brokenUsage(u, x.sentLen(), x.relayed)
 	}
-	finish(g.account(t, x.served, u, est))
+	finish(g.account(w.lab, x.served, u, est))
 	if x.abort {
 		// A broken answer that is not a stream: its limits are settled;
 		// now cut the connection so the client cannot take it for whole.
@@ -426,21 +437,25 @@ func (g *Gateway) observe(w *statusWriter, endpoint string, start time.Time) {
 	if code == 0 {
 		code = 499
 	}
-	g.mRequests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
-	g.mDuration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+	l := &w.lab
+	g.mRequests.WithLabelValues(endpoint, strconv.Itoa(code), l.tenant, l.model, l.cluster, l.region).Inc()
+	g.mDuration.WithLabelValues(endpoint, l.model, l.cluster).Observe(time.Since(start).Seconds())
 }
 
 // plan asks the router for the clusters to try, answering 404 or 503
-// itself when there are none.
-func (g *Gateway) plan(w http.ResponseWriter, t *tenant.Tenant, model string) ([]route.Candidate, bool) {
+// itself when there are none. It sets the request's model label: the
+// model, or "other" for one no cluster serves.
+func (g *Gateway) plan(w *statusWriter, t *tenant.Tenant, model string) ([]route.Candidate, bool) {
 	policy, err := route.ParsePolicy(string(t.Policy), "")
 	if err != nil {
 		policy = ""
 	}
 	plan, err := g.opts.Router.Plan(route.Request{Model: model, Policy: policy, Region: t.Region})
+	w.lab.model = g.modelLabels.value(model)
 	var nc *route.NoCandidatesError
 	switch {
 	case errors.Is(err, route.ErrUnknownModel):
+		w.lab.model = OtherLabel
 		openai.Errorf(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("the model %q does not exist or no cluster serves it", model))
 		return nil, false
 	case errors.As(err, &nc):
@@ -478,7 +493,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, log *slog.Logger
 		if adm.RetryAfter > 0 && w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", strconv.Itoa(int((adm.RetryAfter+time.Second-1)/time.Second)))
 		}
-		g.mLimited.WithLabelValues(t.ID, adm.Reason).Inc()
+		g.mLimited.WithLabelValues(g.tenantLabels.value(t.ID), adm.Reason).Inc()
 		code, msg := adm.Code, adm.Message
 		if code == "" {
 			code = "rate_limit_exceeded"
@@ -504,15 +519,17 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, log *slog.Logger
 
 // account records the tokens and cost of a served request and returns the
 // tokens to settle the admission with: the response's usage, else est.
-func (g *Gateway) account(t *tenant.Tenant, served *discovery.Cluster, u *openai.Usage, est int) int {
+// The cost is counted in every pricing mode the router can convert to a
+// price per million tokens (per-GPU-hour needs routing.tokens_per_gpu_second).
+func (g *Gateway) account(l labels, served *discovery.Cluster, u *openai.Usage, est int) int {
 	if u == nil || u.Total() <= 0 {
 		return est
 	}
 	if c := served; c != nil {
-		g.mTokens.WithLabelValues(t.ID, c.Name, "prompt").Add(float64(u.PromptTokens))
-		g.mTokens.WithLabelValues(t.ID, c.Name, "completion").Add(float64(u.CompletionTokens))
-		if c.CostUnit == cluster.CostPerMTok && c.Cost > 0 {
-			g.mCost.WithLabelValues(t.ID, c.Name).Add(float64(u.Total()) / 1e6 * c.Cost)
+		g.mTokens.WithLabelValues(l.tenant, l.model, c.Name, "prompt").Add(float64(u.PromptTokens))
+		g.mTokens.WithLabelValues(l.tenant, l.model, c.Name, "completion").Add(float64(u.CompletionTokens))
+		if perMTok, ok := g.opts.Router.SpendPerMTok(*c); ok {
+			g.mCost.WithLabelValues(l.tenant, l.model, c.Name).Add(float64(u.Total()) / 1e6 * perMTok)
 		}
 	}
 	return u.Total()

@@ -49,6 +49,7 @@ func validPod(s string) bool {
 func (x *exchange) FirstToken() {
 	if x.relay.Stream() {
 		x.attempt.FirstToken(time.Since(x.sent))
+		x.g.mTTFT.WithLabelValues(x.w.lab.model, x.w.lab.cluster).Observe(time.Since(x.start).Seconds())
 	}
 }
 
