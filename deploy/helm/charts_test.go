@@ -159,7 +159,8 @@ func TestDashboards(t *testing.T) {
 		"infergate-tier2": {
 			"infergate_tier2_route_decisions_total", "infergate_tier2_requests_total", "infergate_tier2_breaker_state",
 			"infergate_tier2_attempts_total", "infergate_tier2_cluster_utilization",
-			"infergate_tier2_ratelimited_total", "infergate_tier2_cost_total",
+			"infergate_tier2_ratelimited_total", "infergate_tier2_cost_total", "infergate_tier2_tokens_total",
+			"infergate_tier2_request_duration_seconds_bucket", "infergate_tier2_ttft_seconds_bucket",
 		},
 	}
 	uids := map[string]string{}
