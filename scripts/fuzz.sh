@@ -5,6 +5,12 @@
 #   FUZZTIME=2s scripts/fuzz.sh            # what `make fuzz-smoke` runs
 #   FUZZ=Parse scripts/fuzz.sh             # only targets matching a regexp
 #
+# Each new interesting input is minimised for at most FUZZMINIMIZETIME
+# (default 100x: a hundred runs). Go's default, 60s per input, is longer
+# than the whole run: a target that found an input early spent the rest of
+# its FUZZTIME minimising it and fuzzed no more (shared/config FuzzDecode:
+# 5,792 execs in 30s, then none; 23,706 with 100x).
+#
 # Targets are found with `go test -list '^Fuzz'` in every package whose test
 # files declare a func Fuzz* (the grep only saves compiling test binaries
 # that cannot hold one). A crash leaves its input in the package's
@@ -19,6 +25,7 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-30s}
 FUZZ=${FUZZ:-.}
+FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-100x}
 PARALLEL=${FUZZPARALLEL:+-parallel=$FUZZPARALLEL}
 
 mapfile -t dirs < <(git ls-files -co --exclude-standard -- '*_test.go' 2>/dev/null | xargs -r grep -l '^func Fuzz' | xargs -r -n1 dirname | sort -u)
@@ -59,7 +66,7 @@ for t in "${targets[@]}"; do
 	corpus="$dir/testdata/fuzz/$name"
 	before=$(ls "$corpus" 2>/dev/null | sort)
 	t0=$SECONDS
-	out=$($GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" $PARALLEL "$pkg" 2>&1)
+	out=$($GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$FUZZMINIMIZETIME" $PARALLEL "$pkg" 2>&1)
 	rc=$?
 	after=$(ls "$corpus" 2>/dev/null | sort)
 	new=$(comm -13 <(echo "$before") <(echo "$after") | sed '/^$/d')
