@@ -24,49 +24,23 @@ type listenerTLS struct {
 // files are re-read every interval (0: tlsfiles' default) until ctx ends;
 // reloads are counted on reg. An error names the key and the file.
 func loadListenerTLS(ctx context.Context, cfg *Config, reg prometheus.Registerer, log *slog.Logger, interval time.Duration) (listenerTLS, error) {
-	var lt listenerTLS
 	m, err := tlsfiles.NewMetrics(reg)
 	if err != nil {
-		return lt, fmt.Errorf("tls metrics: %w", err)
+		return listenerTLS{}, fmt.Errorf("tls metrics: %w", err)
 	}
-	for _, b := range []struct {
-		key, name string
-		block     tlsfiles.Server
-		dst       **tlsfiles.ServerConfig
-		// protos: HTTP/1.1 only on the HTTP listeners, as in plain text
-		// (their timeouts and connection handling are built for it);
-		// gRPC needs h2.
-		protos []string
-	}{
-		{"tls", "tier1-api", cfg.TLS, &lt.api, []string{"http/1.1"}},
-		{"metrics_tls", "tier1-metrics", cfg.MetricsTLS, &lt.metrics, []string{"http/1.1"}},
-		{"ext_proc_tls", "tier1-ext-proc", cfg.ExtProcTLS, &lt.extProc, []string{"h2"}},
-	} {
-		if !b.block.Enabled() {
-			continue
-		}
-		sc, err := tlsfiles.NewServer(ctx, b.block, tlsfiles.Options{Name: b.name, Logger: log, Metrics: m,
-			Interval: interval, NextProtos: b.protos})
-		if err != nil {
-			return lt, fmt.Errorf("%s: %w", b.key, err)
-		}
-		*b.dst = sc
+	scs, err := tlsfiles.NewListeners(ctx, []tlsfiles.Listener{
+		{Key: "tls", Name: "tier1-api", Block: cfg.TLS, NextProtos: tlsfiles.HTTP1},
+		{Key: "metrics_tls", Name: "tier1-metrics", Block: cfg.MetricsTLS, NextProtos: tlsfiles.HTTP1},
+		{Key: "ext_proc_tls", Name: "tier1-ext-proc", Block: cfg.ExtProcTLS, NextProtos: []string{"h2"}}, // gRPC
+	}, tlsfiles.Options{Logger: log, Metrics: m, Interval: interval})
+	if err != nil {
+		return listenerTLS{}, err
 	}
-	return lt, nil
+	return listenerTLS{api: scs[0], metrics: scs[1], extProc: scs[2]}, nil
 }
 
-// wrap serves ln over TLS with sc, or returns it as is when sc is nil.
-func wrap(ln net.Listener, sc *tlsfiles.ServerConfig) net.Listener {
-	if ln == nil || sc == nil {
-		return ln
-	}
-	return tls.NewListener(ln, sc.Config())
-}
+// wrap serves ln over TLS with sc, or returns it as is when either is nil.
+func wrap(ln net.Listener, sc *tlsfiles.ServerConfig) net.Listener { return sc.Wrap(ln) }
 
 // configOf is sc's configuration, nil when sc is.
-func configOf(sc *tlsfiles.ServerConfig) *tls.Config {
-	if sc == nil {
-		return nil
-	}
-	return sc.Config()
-}
+func configOf(sc *tlsfiles.ServerConfig) *tls.Config { return sc.ConfigOrNil() }

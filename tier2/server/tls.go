@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,37 +25,23 @@ type tlsState struct {
 // files are re-read every interval (0: tlsfiles' default) until ctx ends;
 // reloads are counted on reg. An error names the key and the file.
 func loadTLS(ctx context.Context, cfg Config, reg prometheus.Registerer, log *slog.Logger, interval time.Duration) (tlsState, error) {
-	var ts tlsState
 	m, err := tlsfiles.NewMetrics(reg)
 	if err != nil {
-		return ts, fmt.Errorf("tls metrics: %w", err)
+		return tlsState{}, fmt.Errorf("tls metrics: %w", err)
 	}
-	opts := func(name string) tlsfiles.Options {
-		// HTTP/1.1 only, as in plain text: the listeners' timeouts and
-		// connection handling (a 401 closes the connection) are built for
-		// it.
-		return tlsfiles.Options{Name: name, Logger: log, Metrics: m, Interval: interval, NextProtos: []string{"http/1.1"}}
+	opts := tlsfiles.Options{Logger: log, Metrics: m, Interval: interval}
+	scs, err := tlsfiles.NewListeners(ctx, []tlsfiles.Listener{
+		{Key: "tls", Name: "tier2-api", Block: cfg.TLS, NextProtos: tlsfiles.HTTP1},
+		{Key: "admin.tls", Name: "tier2-admin", Block: cfg.Admin.TLS, NextProtos: tlsfiles.HTTP1},
+		{Key: "metrics.tls", Name: "tier2-metrics", Block: cfg.Metrics.TLS, NextProtos: tlsfiles.HTTP1},
+	}, opts)
+	if err != nil {
+		return tlsState{}, err
 	}
-	for _, b := range []struct {
-		key, name string
-		block     tlsfiles.Server
-		dst       **tlsfiles.ServerConfig
-	}{
-		{"tls", "tier2-api", cfg.TLS, &ts.api},
-		{"admin.tls", "tier2-admin", cfg.Admin.TLS, &ts.admin},
-		{"metrics.tls", "tier2-metrics", cfg.Metrics.TLS, &ts.metrics},
-	} {
-		if !b.block.Enabled() {
-			continue
-		}
-		sc, err := tlsfiles.NewServer(ctx, b.block, opts(b.name))
-		if err != nil {
-			return ts, fmt.Errorf("%s: %w", b.key, err)
-		}
-		*b.dst = sc
-	}
+	ts := tlsState{api: scs[0], admin: scs[1], metrics: scs[2]}
 	if cfg.Tier1.TLS.Enabled() {
-		if ts.tier1, err = tlsfiles.NewClient(ctx, cfg.Tier1.TLS, opts("tier2-tier1")); err != nil {
+		opts.Name = "tier2-tier1"
+		if ts.tier1, err = tlsfiles.NewClient(ctx, cfg.Tier1.TLS, opts); err != nil {
 			return ts, fmt.Errorf("tier1.tls: %w", err)
 		}
 	}
@@ -84,12 +69,7 @@ func (ts tlsState) tier1Dialer(dial dialFunc, timeout time.Duration) dialFunc {
 }
 
 // wrap serves ln over TLS with sc, or returns it as is when either is nil.
-func wrap(ln net.Listener, sc *tlsfiles.ServerConfig) net.Listener {
-	if ln == nil || sc == nil {
-		return ln
-	}
-	return tls.NewListener(ln, sc.Config())
-}
+func wrap(ln net.Listener, sc *tlsfiles.ServerConfig) net.Listener { return sc.Wrap(ln) }
 
 // tier1HandshakeTimeout bounds connecting to a Tier 1 over TLS, handshake
 // included: what gateway.NewTransport allows for the two (2s + 5s).
