@@ -1,11 +1,13 @@
 package openai
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestWithIncludeUsage(t *testing.T) {
@@ -232,5 +234,69 @@ func TestIncludeUsageKeepsPrompt(t *testing.T) {
 	r3, _ := ParseRequest(old)
 	if bytes.Equal(r3.Messages, r.Messages) {
 		t.Fatal("the baseline re-encode is expected to change the messages' bytes")
+	}
+}
+
+// TestSpliceReader reads an edit every way net/http may: Read with small
+// and large buffers (testing/iotest checks the io.Reader contract), and
+// WriteTo, also after part of it was read, and through the LimitReader
+// plus trailing copy net/http uses for a request body.
+func TestSpliceReader(t *testing.T) {
+	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi <&>"}]}`)
+	for _, sp := range []Splice{
+		{Off: len(body) - 1, Insert: streamOptionsNext},
+		{Off: 0, N: 1, Insert: []byte("{ ")},
+		{Off: len(body), Insert: []byte(" ")},
+		{Off: 10, N: 5},
+	} {
+		want := sp.Apply(body)
+		if err := iotest.TestReader(sp.Reader(body), want); err != nil {
+			t.Errorf("%+v: %v", sp, err)
+		}
+		for _, head := range []int{0, 1, 7, len(want)} {
+			r := sp.Reader(body)
+			got := make([]byte, head)
+			if _, err := io.ReadFull(r, got); err != nil {
+				t.Fatal(err)
+			}
+			var rest bytes.Buffer
+			n, err := r.(io.WriterTo).WriteTo(&rest)
+			if err != nil || int(n) != rest.Len() || !bytes.Equal(append(got, rest.Bytes()...), want) {
+				t.Errorf("%+v, WriteTo after %d bytes: %q (%d, %v), want %q", sp, head, append(got, rest.Bytes()...), n, err, want)
+			}
+		}
+		r := sp.Reader(body)
+		var out bytes.Buffer
+		n, err := io.Copy(&out, io.LimitReader(r, int64(sp.Len(body))))
+		if extra, err2 := io.Copy(io.Discard, r); err != nil || err2 != nil || extra != 0 || n != int64(len(want)) || !bytes.Equal(out.Bytes(), want) {
+			t.Errorf("%+v: copied %q (%d, %v), then %d more (%v)", sp, out.Bytes(), n, err, extra, err2)
+		}
+	}
+}
+
+// BenchmarkSpliceSend copies an edited 32 KB body as net/http sends a
+// request body: through an io.LimitReader of its length, then once more
+// to check that nothing is left (where io.MultiReader allocated 32 KB).
+func BenchmarkSpliceSend(b *testing.B) {
+	body := body32K()
+	r, err := ParseRequest(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sp, _, err := r.IncludeUsage(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst := bufio.NewWriterSize(io.Discard, 4096)
+	b.SetBytes(int64(sp.Len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		rd := sp.Reader(body)
+		if _, err := io.Copy(dst, io.LimitReader(rd, int64(sp.Len(body)))); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, rd); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -321,7 +320,43 @@ func (s Splice) Apply(body []byte) []byte {
 
 // Reader reads body after the edit without copying it.
 func (s Splice) Reader(body []byte) io.Reader {
-	return io.MultiReader(bytes.NewReader(body[:s.Off]), bytes.NewReader(s.Insert), bytes.NewReader(body[s.Off+s.N:]))
+	return &spliceReader{parts: [3][]byte{body[:s.Off], s.Insert, body[s.Off+s.N:]}}
+}
+
+// spliceReader reads its parts in turn. Unlike io.MultiReader it writes
+// itself out (WriteTo) without a buffer: net/http copies a request body
+// with io.Copy once more after its Content-Length to check that nothing
+// is left, and MultiReader's WriteTo allocates 32 KB for that each time.
+type spliceReader struct {
+	parts [3][]byte
+	i     int
+}
+
+func (r *spliceReader) Read(p []byte) (int, error) {
+	for r.i < len(r.parts) {
+		if n := copy(p, r.parts[r.i]); n > 0 || len(p) == 0 {
+			r.parts[r.i] = r.parts[r.i][n:]
+			return n, nil
+		}
+		r.i++
+	}
+	return 0, io.EOF
+}
+
+func (r *spliceReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for ; r.i < len(r.parts); r.i++ {
+		if len(r.parts[r.i]) == 0 {
+			continue
+		}
+		n, err := w.Write(r.parts[r.i])
+		total += int64(n)
+		r.parts[r.i] = r.parts[r.i][n:]
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 func trimSpaceRight(b []byte) []byte {

@@ -18,7 +18,21 @@ type request = openai.Request
 // readBody reads the request body up to MaxBodyBytes, answering 400 or 413
 // itself when it cannot.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
+	var body []byte
+	var err error
+	switch n := r.ContentLength; {
+	case n > g.opts.MaxBodyBytes:
+		g.bodyTooLarge(w)
+		return nil, false
+	case n >= 0:
+		// One allocation of the right size and one copy, where ReadAll
+		// grows its buffer from 512 bytes (2.5 times the body in
+		// allocations, copied over and over, for 32 KB).
+		body = make([]byte, n)
+		_, err = io.ReadFull(r.Body, body)
+	default:
+		body, err = io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
+	}
 	if err != nil {
 		closeAfter(w)
 		// The cause names both sockets: the log gets it, the client a
@@ -32,11 +46,16 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		return nil, false
 	}
 	if int64(len(body)) > g.opts.MaxBodyBytes {
-		closeAfter(w)
-		openai.Errorf(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", g.opts.MaxBodyBytes))
+		g.bodyTooLarge(w)
 		return nil, false
 	}
 	return body, true
+}
+
+// bodyTooLarge answers a body over MaxBodyBytes with 413.
+func (g *Gateway) bodyTooLarge(w http.ResponseWriter) {
+	closeAfter(w)
+	openai.Errorf(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", g.opts.MaxBodyBytes))
 }
 
 // decodeRequest reads the routing fields of body for the endpoint
