@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/server"
+	tier2server "github.com/infergate/infergate/tier2/server"
 )
 
 // The benchmark runs three processes so that Tier 1's CPU time and memory
@@ -26,18 +28,26 @@ import (
 //
 // Protocol: the child prints one line when it is ready ("pods ADDR,ADDR,…"
 // or "tier1 ADDR") and then reads commands from stdin, one per line
-// ("profile-start FILE", "profile-stop", answered "ok" or "err …";
+// ("profile-start FILE", "profile-stop": a CPU profile in FILE, lock
+// contention in FILE.mutex, allocations since start in FILE.allocs;
+// answered "ok" or "err …";
 // "records-dropped", answered "ok N": Tier 1's prefix-index records
 // dropped so far, 0 from the pods child).
 // It exits when stdin closes, so it never outlives the benchmark.
 
-// ChildEnv selects the child role ("pods" or "tier1") of a re-executed
-// benchmark binary.
+// The CPU comparison (RunCompare) adds two roles: "bare" (BareProxy in
+// front of the pods, answering "bare ADDR") and "tier2" (Tier 2 built
+// through tier2/server as `infergate tier2` builds it, "tier2 ADDR"), the
+// latter for profiling only: measured runs start the real binary.
+
+// ChildEnv selects the child role ("pods", "tier1", "bare" or "tier2") of
+// a re-executed benchmark binary.
 const ChildEnv = "INFERGATE_LOADBENCH_CHILD"
 
 const (
 	childPodsEnv   = "INFERGATE_LOADBENCH_PODS"   // pods: how many
-	childConfigEnv = "INFERGATE_LOADBENCH_CONFIG" // tier1: config file
+	childConfigEnv = "INFERGATE_LOADBENCH_CONFIG" // tier1, tier2: config file
+	childAddrsEnv  = "INFERGATE_LOADBENCH_ADDRS"  // bare: the pods, comma-separated
 )
 
 // IsChild reports whether this process is a benchmark child.
@@ -84,8 +94,49 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 			return err
 		}
 		return cerr
+	case "bare":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("bare child: listen: %w", err)
+		}
+		srv := benchServer(BareProxy(strings.Split(os.Getenv(childAddrsEnv), ",")))
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ln) }()
+		fmt.Fprintf(stdout, "bare %s\n", ln.Addr())
+		cerr := serveCommands(ctx, stdin, stdout, func() uint64 { return 0 })
+		if err := srv.Close(); err != nil {
+			return err
+		}
+		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return cerr
+	case "tier2":
+		var cfg tier2server.Config
+		if err := config.Load(os.Getenv(childConfigEnv), &cfg); err != nil {
+			return fmt.Errorf("tier2 child: %w", err)
+		}
+		log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		srv, err := tier2server.New(ctx, cfg, tier2server.Options{Logger: log})
+		if err != nil {
+			return fmt.Errorf("tier2 child: %w", err)
+		}
+		defer srv.Close()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("tier2 child: listen: %w", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, ln, nil) }()
+		fmt.Fprintf(stdout, "tier2 %s\n", ln.Addr())
+		cerr := serveCommands(ctx, stdin, stdout, func() uint64 { return 0 })
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return cerr
 	default:
-		return fmt.Errorf("%s=%q: want pods or tier1", ChildEnv, role)
+		return fmt.Errorf("%s=%q: want pods, tier1, bare or tier2", ChildEnv, role)
 	}
 }
 
@@ -152,6 +203,9 @@ func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer, dropp
 			if merr := writeMutexProfile(mutexPath); err == nil {
 				err = merr
 			}
+			if herr := writeProfile("allocs", strings.TrimSuffix(mutexPath, ".mutex")+".allocs"); err == nil {
+				err = herr
+			}
 		default:
 			err = fmt.Errorf("unknown command %q", cmd)
 		}
@@ -163,17 +217,23 @@ func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer, dropp
 	}
 }
 
-// writeMutexProfile writes the contention sampled since profiling started
-// and stops sampling.
-func writeMutexProfile(path string) error {
-	defer runtime.SetMutexProfileFraction(0)
+// writeProfile writes the named runtime/pprof profile to path (allocs:
+// every allocation sampled since the process started).
+func writeProfile(name, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := pprof.Lookup("mutex").WriteTo(f, 0); err != nil {
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
 		f.Close()
 		return err
 	}
 	return f.Close()
+}
+
+// writeMutexProfile writes the contention sampled since profiling started
+// and stops sampling.
+func writeMutexProfile(path string) error {
+	defer runtime.SetMutexProfileFraction(0)
+	return writeProfile("mutex", path)
 }

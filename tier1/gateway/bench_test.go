@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,6 +168,79 @@ func runProxyBench(b *testing.B, h http.Handler, body []byte) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(string(body)))
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkProxy32K is BenchmarkProxy with the load benchmark's requests:
+// 32 KB chat bodies, every prompt distinct after a shared 8 KB system
+// prompt (so each request brings new prefix blocks to record), every
+// other one streamed:
+//
+//	go test -run '^$' -bench BenchmarkProxy32K -benchtime 5000x ./tier1/gateway/
+func BenchmarkProxy32K(b *testing.B) {
+	upstream := benchUpstream(b)
+	var n atomic.Uint64
+	bodies := func() []byte { return body32K(n.Add(1)) }
+	b.Run("bare", func(b *testing.B) {
+		target, _ := url.Parse(upstream.URL)
+		rp := &httputil.ReverseProxy{
+			Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+			FlushInterval: -1,
+		}
+		rp.Transport = newTransport(2*time.Second, nil)
+		runProxyBenchBodies(b, rp, bodies)
+	})
+	b.Run("infergate", func(b *testing.B) {
+		runProxyBenchBodies(b, benchGateway(b, upstream, Options{Logger: slog.New(slog.DiscardHandler)}), bodies)
+	})
+}
+
+// body32K is request i of BenchmarkProxy32K: 32,768 bytes, streamed when
+// i is odd.
+func body32K(i uint64) []byte {
+	sys := strings.Repeat("You are a careful assistant; answer briefly and cite the table. ", 128)[:8<<10]
+	head := fmt.Sprintf(`{"model":"llama","max_tokens":16,"stream":%t,"messages":[{"role":"system","content":%q},{"role":"user","content":"[req %012d] `, i%2 == 1, sys, i)
+	const tail = `"}]}`
+	user := strings.Repeat("which model request token cache prefix router latency ", 700)[:32<<10-len(head)-len(tail)]
+	return []byte(head + user + tail)
+}
+
+// runProxyBenchBodies is runProxyBench with a body per request.
+func runProxyBenchBodies(b *testing.B, h http.Handler, body func() []byte) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 64}}
+	u := "http://" + ln.Addr().String() + "/v1/chat/completions"
+	b.SetBytes(32 << 10)
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.ResetTimer()
+	cpu0 := processCPU()
+	defer func() {
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(body()))
 			req.Header.Set("Authorization", "Bearer "+testToken)
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
