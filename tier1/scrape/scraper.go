@@ -2,7 +2,6 @@ package scrape
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/infergate/infergate/shared/getjson"
 	"github.com/infergate/infergate/tier1/picker"
 )
 
@@ -614,27 +614,12 @@ func (s *Scraper) scrapeModels(ctx context.Context, tg *target) {
 func (s *Scraper) fetchModels(ctx context.Context, t Target) ([]Model, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.opts.Scheme+"://"+t.Address+"/v1/models", nil)
-	if err != nil {
-		return nil, err
-	}
-	if s.opts.ModelsToken != "" {
-		req.Header.Set("Authorization", "Bearer "+s.opts.ModelsToken)
-	}
-	resp, err := s.opts.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return nil, fmt.Errorf("GET /v1/models: status %d", resp.StatusCode)
-	}
 	var list struct {
 		Data []Model `json:"data"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&list); err != nil {
-		return nil, fmt.Errorf("decode /v1/models: %w", err)
+	u := s.opts.Scheme + "://" + t.Address + "/v1/models"
+	if err := getjson.Get(ctx, s.opts.Client, getjson.Request{URL: u, Token: s.opts.ModelsToken, Limit: 4 << 20}, &list); err != nil {
+		return nil, fmt.Errorf("GET /v1/models: %w", err)
 	}
 	if list.Data == nil {
 		list.Data = []Model{}

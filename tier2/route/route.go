@@ -25,10 +25,8 @@ package route
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -43,6 +41,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/shared/getjson"
 	"github.com/infergate/infergate/tier2/discovery"
 )
 
@@ -424,24 +423,8 @@ func (r *Router) store(c discovery.Cluster, sum *cluster.LoadSummary, err error)
 func (r *Router) fetch(ctx context.Context, c discovery.Cluster) (*cluster.LoadSummary, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.PollTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Address+cluster.LoadPath, nil)
-	if err != nil {
-		return nil, err
-	}
-	if r.opts.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.opts.Token)
-	}
-	resp, err := r.opts.HTTPClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("load summary: HTTP %d", resp.StatusCode)
-	}
 	var s cluster.LoadSummary
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&s); err != nil {
+	if err := getjson.Get(ctx, r.opts.HTTPClient, getjson.Request{URL: c.Address + cluster.LoadPath, Token: r.opts.Token}, &s); err != nil {
 		return nil, fmt.Errorf("load summary: %w", err)
 	}
 	return &s, nil

@@ -2,7 +2,6 @@ package tenant
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/MicahParks/keyfunc/v3"
 	"golang.org/x/time/rate"
 
+	"github.com/infergate/infergate/shared/getjson"
 	"github.com/infergate/infergate/shared/tlsfiles"
 )
 
@@ -220,24 +220,12 @@ func (r *remoteKeys) discover(ctx context.Context) (string, error) {
 	du := discoveryURL(r.o.Issuer)
 	ctx, cancel := context.WithTimeout(ctx, r.o.FetchTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, du, nil)
-	if err != nil {
-		return "", fmt.Errorf("oidc discovery %s: %w", du, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("oidc discovery: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("oidc discovery %s: status %d", du, resp.StatusCode)
-	}
 	var doc struct {
 		Issuer  string `json:"issuer"`
 		JWKSURI string `json:"jwks_uri"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+	// r.client cuts bodies at MaxJWKSBytes (limitedTransport).
+	if err := getjson.Get(ctx, r.client, getjson.Request{URL: du, Limit: MaxJWKSBytes}, &doc); err != nil {
 		return "", fmt.Errorf("oidc discovery %s: %w", du, err)
 	}
 	if doc.Issuer != r.o.Issuer {
