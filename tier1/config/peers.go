@@ -50,16 +50,12 @@ type PeersConfig struct {
 	TokenEnv    string `yaml:"token_env"`
 	TokenFile   string `yaml:"token_file"`
 	DisableAuth bool   `yaml:"disable_auth"`
-	// TTL: a silent replica's in-flight counts stop counting after it
-	// (default 2s). Flush is the batching interval (default 5ms),
-	// Heartbeat the full re-announcement (default 250ms), Refresh the
-	// discovery interval (default 10s).
-	TTL       time.Duration `yaml:"ttl"`
-	Flush     time.Duration `yaml:"flush"`
-	Heartbeat time.Duration `yaml:"heartbeat"`
-	Refresh   time.Duration `yaml:"refresh"`
-	// QueueLen bounds changes waiting to be sent (default 1024).
-	QueueLen int `yaml:"queue_len"`
+	// Timing and buffering of the shared state.
+	TTL       time.Duration `yaml:"ttl"`       // a silent replica's in-flight counts stop counting after it; default 2s
+	Flush     time.Duration `yaml:"flush"`     // batching interval; default 5ms
+	Heartbeat time.Duration `yaml:"heartbeat"` // full re-announcement; default 250ms
+	Refresh   time.Duration `yaml:"refresh"`   // discovery interval; default 10s
+	QueueLen  int           `yaml:"queue_len"` // changes waiting to be sent; default 1024
 }
 
 // PeersTLS is `peers.tls`: one certificate per replica, used both to
