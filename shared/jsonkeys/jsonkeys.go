@@ -121,6 +121,48 @@ func members(data []byte, fn func(name, value []byte, start int) error) error {
 	}
 }
 
+// Elements validates data as exactly one JSON array (whitespace around it
+// allowed, nothing else) by the rules Members applies and calls fn for
+// each of its elements in order with the element's raw value, which
+// aliases data. An error from fn stops the scan and is returned as is.
+func Elements(data []byte, fn func(value []byte) error) error {
+	s := scanner{data: data}
+	s.ws()
+	if s.i >= len(data) || data[s.i] != '[' {
+		return syntaxErr(s.i, "expected a JSON array, found %s", s.describe())
+	}
+	s.i++
+	s.depth = 1
+	s.ws()
+	if s.i < len(data) && data[s.i] == ']' {
+		s.i++
+		return s.end()
+	}
+	for {
+		s.ws()
+		start := s.i
+		if err := s.value(); err != nil {
+			return err
+		}
+		if err := fn(data[start:s.i]); err != nil {
+			return err
+		}
+		s.ws()
+		if s.i >= len(data) {
+			return syntaxErr(s.i, "unexpected end of array")
+		}
+		switch data[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return s.end()
+		default:
+			return syntaxErr(s.i, "expected ',' or ']' after array element, found %s", s.describe())
+		}
+	}
+}
+
 // Valid reports whether data is one well-formed JSON value by the rules
 // Members applies (any value, not just an object).
 func Valid(data []byte) bool {

@@ -3,6 +3,7 @@ package jsonkeys
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -111,4 +112,35 @@ func TestNewSetRejectsFoldedDuplicates(t *testing.T) {
 		}
 	}()
 	NewSet("model", "Model")
+}
+
+// TestElements: each element's raw value, in order; what is not exactly
+// one array, or not valid JSON by Members' rules, is refused; fn's error
+// stops the scan.
+func TestElements(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{`[]`, nil, true},
+		{` [ 1 , "a\"b" ,{"x":[null]}, [true] ] `, []string{`1`, `"a\"b"`, `{"x":[null]}`, `[true]`}, true},
+		{`[1,]`, []string{`1`}, false},
+		{`[1] [2]`, []string{`1`}, false},
+		{`{"a":1}`, nil, false},
+		{`["\xff"]`, nil, false},
+		{`[1`, []string{`1`}, false},
+		{``, nil, false},
+	} {
+		var got []string
+		err := Elements([]byte(tc.in), func(v []byte) error { got = append(got, string(v)); return nil })
+		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %q, %v; want %q, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := Elements([]byte(`[1,2,3]`), func([]byte) error { n++; return stop }); err != stop || n != 1 {
+		t.Errorf("fn's error: %v after %d elements", err, n)
+	}
 }

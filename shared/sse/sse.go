@@ -15,7 +15,9 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
+	"github.com/infergate/infergate/shared/jsonkeys"
 	"github.com/infergate/infergate/shared/openai"
 )
 
@@ -298,6 +300,15 @@ func IsToken(ev []byte) bool {
 	if string(data) == "[DONE]" {
 		return true
 	}
+	if tok, ok := isTokenExact(data); ok {
+		return tok
+	}
+	return isTokenJSON(data)
+}
+
+// isTokenJSON is IsToken's rule on an event's data, decoded with
+// encoding/json.
+func isTokenJSON(data []byte) bool {
 	var msg struct {
 		Type    string `json:"type"` // Responses and Anthropic events name themselves
 		Choices []struct {
@@ -328,6 +339,153 @@ func IsToken(ev []byte) bool {
 		}
 	}
 	return false
+}
+
+// errNotPlain stops isTokenExact on anything it leaves to encoding/json.
+var errNotPlain = errors.New("not a plain event")
+
+// isTokenExact is isTokenJSON without reflection, for the events engines
+// send: it decides (ok) only when every member isTokenJSON reads is
+// spelled exactly, once, with the type it expects, and the JSON is valid
+// by jsonkeys' rules; for anything else (a member name equal to one of
+// those but for case, a duplicate, a value of another type, which makes
+// encoding/json fail, or JSON jsonkeys refuses) it leaves the answer to
+// isTokenJSON, so the two always agree (FuzzIsToken). It is about ten
+// times faster and does not allocate.
+func isTokenExact(data []byte) (tok, ok bool) {
+	var seen [3]bool // type, choices, error
+	err := jsonkeys.Members(data, func(name, v []byte) error {
+		switch i := memberIndex(name, "type", "choices", "error"); i {
+		case -1:
+			return nil
+		case -2:
+			return errNotPlain
+		default:
+			if seen[i] {
+				return errNotPlain
+			}
+			seen[i] = true
+		}
+		switch string(name) {
+		case "error":
+			tok = true // any value, null included, is an error
+		case "type":
+			if v[0] == 'n' {
+				return nil
+			}
+			if v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
+				return errNotPlain
+			}
+			switch string(v[1 : len(v)-1]) {
+			case "response.output_text.delta", "response.completed", "response.failed", "response.incomplete",
+				"content_block_delta", "message_delta", "message_stop", "error":
+				tok = true
+			}
+		case "choices":
+			if v[0] == 'n' {
+				return nil
+			}
+			if v[0] != '[' {
+				return errNotPlain
+			}
+			return jsonkeys.Elements(v, func(c []byte) error {
+				if c[0] != '{' {
+					return errNotPlain
+				}
+				t, err := choiceIsToken(c)
+				tok = tok || t
+				return err
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return false, false
+	}
+	return tok, true
+}
+
+// choiceIsToken is isTokenExact for one element of choices: text, a
+// finish reason, or delta content or reasoning_content.
+func choiceIsToken(c []byte) (tok bool, err error) {
+	var seen [3]bool // text, finish_reason, delta
+	err = jsonkeys.Members(c, func(name, v []byte) error {
+		i := memberIndex(name, "text", "finish_reason", "delta")
+		switch i {
+		case -1:
+			return nil
+		case -2:
+			return errNotPlain
+		}
+		if seen[i] {
+			return errNotPlain
+		}
+		seen[i] = true
+		if i < 2 { // a string or null; non-empty is a token
+			t, err := nonEmptyString(v)
+			tok = tok || t
+			return err
+		}
+		if v[0] == 'n' {
+			return nil
+		}
+		if v[0] != '{' {
+			return errNotPlain
+		}
+		var dseen [2]bool
+		return jsonkeys.Members(v, func(name, v []byte) error {
+			j := memberIndex(name, "content", "reasoning_content")
+			switch j {
+			case -1:
+				return nil
+			case -2:
+				return errNotPlain
+			}
+			if dseen[j] {
+				return errNotPlain
+			}
+			dseen[j] = true
+			t, err := nonEmptyString(v)
+			tok = tok || t
+			return err
+		})
+	})
+	return tok, err
+}
+
+// nonEmptyString: v is a JSON string or null (else errNotPlain); true for
+// a string that decodes to a non-empty one (any but "").
+func nonEmptyString(v []byte) (bool, error) {
+	switch v[0] {
+	case 'n':
+		return false, nil
+	case '"':
+		return len(v) > 2, nil
+	}
+	return false, errNotPlain
+}
+
+// memberIndex is the index of name among names, -1 when it matches none,
+// or -2 when encoding/json might match it to one of them though it is not
+// spelled the same (it matches names case-insensitively, with Unicode
+// folding: 'ſ' is 's', 'K' is 'k').
+func memberIndex(name []byte, names ...string) int {
+	for i, n := range names {
+		if string(name) == n {
+			return i
+		}
+	}
+	for _, n := range names {
+		if bytes.EqualFold(name, []byte(n)) {
+			return -2
+		}
+	}
+	for _, c := range name {
+		if c >= utf8.RuneSelf {
+			return -2
+		}
+	}
+	return -1
 }
 
 var usageKey = []byte(`"usage"`)

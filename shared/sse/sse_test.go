@@ -175,6 +175,92 @@ func TestIsToken(t *testing.T) {
 	}
 }
 
+// tokenEdgeCases are event data the fast rule (isTokenExact) must leave to
+// encoding/json, or decide as it would: names that differ in case or
+// fold to a read one, duplicates (the last wins there), values of another
+// type (encoding/json then fails: no token), nulls, escapes, errors.
+var tokenEdgeCases = []string{
+	`{"choices":[{"delta":{"content":"x"}}],"Choices":null}`,
+	`{"CHOICES":[{"delta":{"content":"x"}}]}`,
+	`{"choices":[{"Delta":{"content":"x"}}]}`,
+	`{"choices":[{"delta":{"Content":"x"}}]}`,
+	`{"choices":[{"delta":{"content":"x"}}],"choices":[]}`,
+	`{"choices":[{"delta":{"content":"x","content":""}}]}`,
+	`{"choices":[{"text":"","text":"x"}]}`,
+	`{"choices":[{"delta":{"content":5}}]}`,
+	`{"choices":[{"delta":{"content":"x"}}],"type":5}`,
+	`{"choices":[{"delta":{"content":"x"}}],"error":null}`,
+	`{"choices":{"delta":{"content":"x"}}}`,
+	`{"choices":[null,{"text":"x"}]}`,
+	`{"choices":[1]}`,
+	`{"choices":null,"type":null}`,
+	`{"choices":[{"delta":null,"finish_reason":null,"text":null}]}`,
+	`{"choices":[{"finish_reason":""}]}`,
+	`{"choices":[{"finish_reason":"length"}]}`,
+	`{"type":"message_\u0073top"}`,
+	`{"typ\u0065":"message_stop"}`,
+	`{"\u0063hoices":[{"text":"x"}]}`,
+	`{"choiceſ":[{"text":"x"}]}`,
+	`{"choices":[{"delta":{"reasoning_content":"\u0000"}}]}`,
+	`{"error":false}`,
+	`{"error":{}, "choices":[{"delta":5}]}`,
+	`{"choices":[{"text":"x"}]} x`,
+	`{"choices":[{"text":"\ud800"}]}`,
+	"{\"choices\":[{\"text\":\"\xff\"}]}",
+	`[{"text":"x"}]`,
+	`"x"`,
+	`{}`,
+}
+
+// TestIsTokenExact checks the fast rule against encoding/json's on the
+// edge cases, and that it decides the events engines send itself.
+func TestIsTokenExact(t *testing.T) {
+	for _, d := range tokenEdgeCases {
+		if tok, ok := isTokenExact([]byte(d)); ok && tok != isTokenJSON([]byte(d)) {
+			t.Errorf("%s: fast %v, encoding/json %v", d, tok, !tok)
+		}
+	}
+	for _, d := range []string{
+		`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
+		`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}`,
+		`{"id":"c","object":"text_completion","choices":[{"index":0,"text":" the","finish_reason":null}]}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,
+		`{"type":"response.output_text.delta","delta":"Hi"}`,
+	} {
+		if _, ok := isTokenExact([]byte(d)); !ok {
+			t.Errorf("%s: left to encoding/json", d)
+		}
+	}
+}
+
+// FuzzIsToken: the fast rule, when it decides, agrees with encoding/json.
+func FuzzIsToken(f *testing.F) {
+	for _, d := range tokenEdgeCases {
+		f.Add([]byte(d))
+	}
+	f.Add([]byte(`{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`))
+	f.Fuzz(func(t *testing.T, d []byte) {
+		if tok, ok := isTokenExact(d); ok && tok != isTokenJSON(d) {
+			t.Fatalf("%q: fast %v, encoding/json %v", d, tok, !tok)
+		}
+	})
+}
+
+// BenchmarkIsToken decides a vLLM stream's first two events: the
+// role-only opening one and the first content.
+func BenchmarkIsToken(b *testing.B) {
+	evs := [][]byte{
+		[]byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"),
+		[]byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The answer\"},\"finish_reason\":null}]}\n\n"),
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if IsToken(evs[0]) || !IsToken(evs[1]) {
+			b.Fatal("wrong")
+		}
+	}
+}
+
 func TestIsEnd(t *testing.T) {
 	for ev, want := range map[string]bool{
 		"data: [DONE]\n\n":    true,
