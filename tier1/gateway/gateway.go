@@ -317,6 +317,7 @@ func (g *Gateway) applyLocked(cfg *Config) error {
 		}
 		ps := &poolState{cfg: pc, queue: q}
 		st.pools[pc.Name] = ps
+		g.m.initPool(pc.Name, pc.Model, pc.Adapters)
 		st.poolList = append(st.poolList, ps)
 		st.routes[pc.Model] = route{pool: ps}
 		for _, a := range pc.Adapters {

@@ -64,3 +64,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.requests, m.ttft, m.e2e, m.scores, m.retries, m.queueWait, m.queueLen, m.shed, m.reloads)
 	return m
 }
+
+// retryReasons are every reason label of infergate_tier1_retries_total
+// (proxy.go): connect, timeout, reset and client_gone, and
+// relay.StatusReason's.
+var retryReasons = []string{"connect", "timeout", "reset", "client_gone", "status_5xx", "status_429", "status_404", "status_auth"}
+
+// initPool creates a pool's series at zero, so dashboards and alerts see
+// them before the first retry, shed request or queued one (Prometheus
+// exports a labelled series only once it exists).
+func (m *metrics) initPool(pool, model string, adapters []string) {
+	for _, r := range retryReasons {
+		m.retries.WithLabelValues(pool, r)
+	}
+	m.queueLen.WithLabelValues(pool)
+	m.queueWait.WithLabelValues(pool)
+	for _, name := range append([]string{model}, adapters...) {
+		m.shed.WithLabelValues(name, pool)
+	}
+}
