@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -195,6 +196,11 @@ func stringField(name string, v []byte) (string, error) {
 	}
 	if v[0] != '"' {
 		return "", typeError(name, "a string", v)
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		// No escapes: the text between the quotes is the string (the
+		// scanner refused invalid UTF-8 and control characters).
+		return string(v[1 : len(v)-1]), nil
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil { // cannot fail: the scanner validated v

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 )
@@ -83,5 +84,17 @@ func TestParseRequest(t *testing.T) {
 				t.Fatalf("err = %#v, want code %q param %q", err, tt.code, tt.param)
 			}
 		})
+	}
+}
+
+// TestStringFieldMatchesJSON: a string field reads as encoding/json reads
+// it, with escapes (decoded) or without (taken as is).
+func TestStringFieldMatchesJSON(t *testing.T) {
+	for _, raw := range []string{`""`, `"llama"`, `"a b/c"`, `"déjà ✓ 🎉"`, `"a\"b"`, `"\u00e9\n"`, `"\\"`, `"\/x"`} {
+		got, err := stringField("model", []byte(raw))
+		var want string
+		if jerr := json.Unmarshal([]byte(raw), &want); err != nil || jerr != nil || got != want {
+			t.Errorf("%s: %q (%v), encoding/json %q (%v)", raw, got, err, want, jerr)
+		}
 	}
 }
