@@ -224,6 +224,7 @@ type sim struct {
 	err         error
 	out         report.Run
 	rep         *replicaSet // several routers (bench/replicas.go), else nil
+	speeds      speedSamples
 	// onDispatch, if set (tests), sees every dispatch.
 	onDispatch func(i, pod int, now time.Duration)
 }
@@ -251,7 +252,7 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 		for range g.Count {
-			e, err := engine.New(opts.Realism.Engine.Apply(cfg, seed, len(s.pods)))
+			e, err := engine.New(withNoise(opts.Realism.Engine, f.Noise).Apply(cfg, seed, len(s.pods)))
 			if err != nil {
 				return nil, fmt.Errorf("fleet: pod %d (%s): %w", len(s.pods), g.GPU, err)
 			}
@@ -409,6 +410,7 @@ func (s *sim) run() (report.Run, error) {
 		first = s.stream.Requests[0].Arrival
 	}
 	out.Makespan = max(s.lastDone-first, time.Millisecond)
+	out.Speeds = s.learnedSpeeds()
 	return out, nil
 }
 
@@ -586,7 +588,9 @@ func (s *sim) dispatchTo(now time.Duration, i, pi int) {
 	w := st.w
 	er := &engine.Request{ID: w.ID, Adapter: w.Adapter, PromptTokens: w.PromptTokens, BlockHashes: w.BlockHashes, MaxTokens: w.OutputTokens}
 	er.OnFirstToken = func(at time.Duration) {
-		tracker.FirstToken(name, st.preq, at-arrival)
+		// From dispatch, as Tier 1 measures it: a wait in the router's
+		// queue is no time the pod spent.
+		tracker.FirstToken(name, st.preq, at-now)
 		s.wakeOnFirstToken(at)
 	}
 	er.OnDone = func(at time.Duration, res engine.Result) {
@@ -665,6 +669,7 @@ func (s *sim) tick(now time.Duration) {
 		s.out.Load.Values = append(s.out.Load.Values, vals)
 	}
 	s.ticks++
+	s.sampleSpeeds(now)
 	s.drainQueues(now)
 	if s.finished < len(s.states) {
 		s.loop.At(now+s.opts.ScrapeInterval, s.tick)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infergate/infergate/bench/scenario"
 	"github.com/infergate/infergate/sim/engine"
 )
 
@@ -68,6 +69,9 @@ const (
 	KnobSpread  = "spread"  // per-pod speed variation
 	KnobStagger = "stagger" // staggered scrape phases
 	KnobLate    = "late"    // late scrapes
+	// KnobNoise is heavy-tailed engine noise (engine.NoisyVariation's
+	// step jitter, stalls and prefill noise).
+	KnobNoise = "noise"
 )
 
 // ParseRealism reads a realism setting: "default" (or ""), "off", or a
@@ -84,15 +88,19 @@ func ParseRealism(s string) (Realism, error) {
 	for _, k := range strings.Split(s, ",") {
 		switch strings.TrimSpace(k) {
 		case KnobJitter:
-			r.Engine.StepJitter = d.Engine.StepJitter
+			r.Engine.StepJitter = max(r.Engine.StepJitter, d.Engine.StepJitter)
 		case KnobSpread:
 			r.Engine.PodSpread = d.Engine.PodSpread
 		case KnobStagger:
 			r.ScrapeStagger = true
 		case KnobLate:
 			r.LateScrape = d.LateScrape
+		case KnobNoise:
+			n := engine.NoisyVariation()
+			r.Engine.StepJitter = max(r.Engine.StepJitter, n.StepJitter)
+			r.Engine.StallProb, r.Engine.StallMean, r.Engine.PrefillNoise = n.StallProb, n.StallMean, n.PrefillNoise
 		default:
-			return Realism{}, fmt.Errorf("unknown realism knob %q: want default, off or a list of %s, %s, %s, %s", k, KnobJitter, KnobSpread, KnobStagger, KnobLate)
+			return Realism{}, fmt.Errorf("unknown realism knob %q: want default, off or a list of %s, %s, %s, %s, %s", k, KnobJitter, KnobSpread, KnobStagger, KnobLate, KnobNoise)
 		}
 	}
 	return r, nil
@@ -113,6 +121,12 @@ func (r Realism) String() string {
 	if r.LateScrape > 0 {
 		on = append(on, fmt.Sprintf("%g%% late scrapes", 100*r.LateScrape))
 	}
+	if r.Engine.StallProb > 0 {
+		on = append(on, fmt.Sprintf("stalls in %g%% of steps (mean %v)", 100*r.Engine.StallProb, r.Engine.StallMean))
+	}
+	if r.Engine.PrefillNoise > 0 {
+		on = append(on, fmt.Sprintf("prefill noise σ %g%%", 100*r.Engine.PrefillNoise))
+	}
 	if len(on) == 0 {
 		return "realism off"
 	}
@@ -128,4 +142,17 @@ func (o Options) Conditions() string {
 		in = "engine inputs (oracle token counts and block hashes)"
 	}
 	return o.Realism.String() + "; " + in
+}
+
+// withNoise is v with a fleet's own engine noise added: the larger step
+// jitter of the two, the fleet's stalls and prefill noise.
+func withNoise(v engine.Variation, n scenario.Noise) engine.Variation {
+	v.StepJitter = max(v.StepJitter, n.StepJitter)
+	if n.StallProb > 0 {
+		v.StallProb, v.StallMean = n.StallProb, n.StallMean
+	}
+	if n.PrefillNoise > 0 {
+		v.PrefillNoise = n.PrefillNoise
+	}
+	return v
 }

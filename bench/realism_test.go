@@ -59,6 +59,9 @@ func TestParseRealism(t *testing.T) {
 		{"jitter", Realism{Engine: engine.Variation{StepJitter: 0.03}}},
 		{"spread,late", Realism{Engine: engine.Variation{PodSpread: 0.03}, LateScrape: 0.02}},
 		{"stagger", Realism{ScrapeStagger: true}},
+		// noise keeps the larger step jitter whichever order it comes in.
+		{"noise,jitter", Realism{Engine: engine.Variation{StepJitter: 0.15, StallProb: 0.002, StallMean: engine.DefaultStallMean, PrefillNoise: 0.25}}},
+		{"jitter,noise", Realism{Engine: engine.Variation{StepJitter: 0.15, StallProb: 0.002, StallMean: engine.DefaultStallMean, PrefillNoise: 0.25}}},
 	} {
 		got, err := ParseRealism(tc.in)
 		if err != nil || got != tc.want {

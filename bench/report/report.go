@@ -41,6 +41,59 @@ type Run struct {
 	PrefixHitRate float64 // prompt tokens served from prefix cache / prompt tokens, over all pods
 	Load          *Load   // per-pod load over time, nil when not recorded
 	PodRequests   []int   // requests dispatched to each pod
+	// Speeds is what the router learned of its pods' prefill speeds by
+	// the end of the run; nil for a policy that learns none.
+	Speeds *Speeds
+}
+
+// Speeds are a router's prefill speeds (tokens/s) per pod in fleet order:
+// Learned is each pod's own estimate at the end of the run (0: none yet),
+// WarmMean its time average from the end of the warm-up (the first 20% of
+// the arrival window) to the end of the arrivals, Used the speed its
+// scheduler uses at the end (pooled with the pod's class).
+type Speeds struct {
+	Seed     uint64   `json:"seed"`
+	Pods     []string `json:"pods"`
+	Classes  []string `json:"classes"` // hardware class: GPU × GPUs per pod
+	Learned  []Num    `json:"learned"`
+	WarmMean []Num    `json:"warm_mean"`
+	Used     []Num    `json:"used"`
+	// Spread is the largest max/min of WarmMean within one class (1: the
+	// pods of every class agree; NaN when no class has two learned),
+	// EndSpread the same of Learned.
+	Spread    Num `json:"spread"`
+	EndSpread Num `json:"end_spread"`
+}
+
+// ClassSpread is the largest max/min ratio of v (per pod, in Classes'
+// order) among the pods of one class, NaN when no class has two pods
+// with a positive value.
+func (s *Speeds) ClassSpread(v []Num) float64 {
+	lo, hi := map[string]float64{}, map[string]float64{}
+	n := map[string]int{}
+	for i, c := range s.Classes {
+		if i >= len(v) {
+			break
+		}
+		x := float64(v[i])
+		if !(x > 0) {
+			continue
+		}
+		if n[c] == 0 || x < lo[c] {
+			lo[c] = x
+		}
+		if n[c] == 0 || x > hi[c] {
+			hi[c] = x
+		}
+		n[c]++
+	}
+	out := math.NaN()
+	for c, k := range n {
+		if k >= 2 && (math.IsNaN(out) || hi[c]/lo[c] > out) {
+			out = hi[c] / lo[c]
+		}
+	}
+	return out
 }
 
 // Load samples each pod's load (waiting + running requests on the server)
@@ -106,6 +159,9 @@ type Policy struct {
 	CausalFloorTTFT Quantiles `json:"causal_floor_ttft_ms"`
 	CI95            CI95      `json:"ci95"`
 	Seeds           int       `json:"seeds"`
+	// LearnedSpeeds are the router's prefill speeds at the end of each
+	// seed's run (Run.Speeds), for policies that learn them.
+	LearnedSpeeds []Speeds `json:"learned_speeds,omitempty"`
 
 	runs []Run
 }
@@ -222,7 +278,41 @@ func summarizePolicy(name string, rs []Run) Policy {
 	set(&p.Failed, &p.CI95.Failed, func(r Run) float64 { return float64(r.Failed) })
 	set(&p.Shed, &p.CI95.Shed, func(r Run) float64 { return float64(r.Shed) })
 	p.Requests = Num(per(func(r Run) float64 { return float64(r.Requests) }).Mean)
+	for _, r := range rs {
+		if r.Speeds != nil {
+			sp := *r.Speeds
+			sp.Seed, sp.Spread, sp.EndSpread = r.Seed, Num(sp.ClassSpread(sp.WarmMean)), Num(sp.ClassSpread(sp.Learned))
+			p.LearnedSpeeds = append(p.LearnedSpeeds, sp)
+		}
+	}
 	return p
+}
+
+// SpeedSpread is the mean and the largest over seeds of the within-class
+// spread of learned speeds: of their time averages after warm-up
+// (Speeds.Spread), or with end set of the end-of-run estimates
+// (Speeds.EndSpread); NaN without any.
+func (p Policy) SpeedSpread(end bool) (mean, worst float64) {
+	var sum float64
+	var n int
+	worst = math.NaN()
+	for _, s := range p.LearnedSpeeds {
+		v := float64(s.Spread)
+		if end {
+			v = float64(s.EndSpread)
+		}
+		if !math.IsNaN(v) {
+			sum += v
+			n++
+			if math.IsNaN(worst) || v > worst {
+				worst = v
+			}
+		}
+	}
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return sum / float64(n), worst
 }
 
 // SetLoad records the offered load, the fleet's capacity and the busiest
@@ -304,6 +394,17 @@ func (r Report) WriteTable(w io.Writer) error {
 		for _, l := range lines {
 			fmt.Fprintln(w, l)
 		}
+	}
+	var spread []string
+	for _, p := range r.Policies {
+		if m, worst := p.SpeedSpread(false); !math.IsNaN(m) {
+			em, eworst := p.SpeedSpread(true)
+			spread = append(spread, fmt.Sprintf("%s %.3f, worst seed %.3f (at the end %.3f, worst %.3f)", p.Name, m, worst, em, eworst))
+		}
+	}
+	if len(spread) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "learned prefill speeds, max/min among pods of one hardware class, time average after warm-up: "+strings.Join(spread, "; "))
 	}
 	return nil
 }

@@ -29,6 +29,25 @@ type Fleet struct {
 	Adapters []string   `yaml:"adapters"` // LoRA adapters requests may name
 	// TTFTSLO is the goodput objective; 0 means 2 s.
 	TTFTSLO time.Duration `yaml:"ttft_slo"`
+	// Noise is engine noise the pods have on top of the run's realism
+	// knobs (which cannot turn it off: it is the pods' own). Zero: none.
+	Noise Noise `yaml:"noise"`
+}
+
+// Noise is heavy-tailed engine noise (sim/engine Config's fields of the
+// same meaning): what a router's estimates must hold under when the
+// engine's timing is not the tidy one they were written for.
+type Noise struct {
+	// StepJitter is σ of each step's mean-one lognormal time factor; it
+	// replaces the realism's when larger.
+	StepJitter float64 `yaml:"step_jitter"`
+	// StallProb is the probability that a step also stalls, for a
+	// Pareto-tailed time of mean StallMean (0: 20 ms).
+	StallProb float64       `yaml:"stall_prob"`
+	StallMean time.Duration `yaml:"stall_mean"`
+	// PrefillNoise is σ of a per-request mean-one lognormal factor on the
+	// compute of its prompt.
+	PrefillNoise float64 `yaml:"prefill_noise"`
 }
 
 // SetDefaults implements config.Defaulter.
@@ -62,6 +81,9 @@ func (f *Fleet) Validate() error {
 		if g.TensorParallel < 1 || g.MaxNumSeqs < 0 || g.MaxLoras < 0 || g.MaxBatchedTokens < 0 {
 			errs = append(errs, fmt.Errorf("pods[%d]: tensor_parallel must be ≥ 1, max_num_seqs, max_loras and max_num_batched_tokens ≥ 0", i))
 		}
+	}
+	if n := f.Noise; !(n.StepJitter >= 0 && n.StepJitter <= 1) || !(n.StallProb >= 0 && n.StallProb <= 1) || n.StallMean < 0 || !(n.PrefillNoise >= 0 && n.PrefillNoise <= 2) {
+		errs = append(errs, errors.New("noise: step_jitter and stall_prob must be in [0, 1], stall_mean ≥ 0, prefill_noise in [0, 2]"))
 	}
 	return errors.Join(errs...)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestCatalog(t *testing.T) {
-	want := []string{"mixed-gpu-8b", "mixed-gpu-32b", "bursty-70b", "bursty-235b", "shared-prefix-8b", "uniform-235b", "multi-turn-chat", "many-lora", "scale-1000", "priority-mix-8b", "multi-turn-chat-heavy"}
+	want := []string{"mixed-gpu-8b", "mixed-gpu-32b", "bursty-70b", "bursty-235b", "shared-prefix-8b", "uniform-235b", "multi-turn-chat", "many-lora", "scale-1000", "priority-mix-8b", "multi-turn-chat-heavy", "identical-pods-noisy"}
 	if got := Names(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -173,8 +174,119 @@ func TestGPUCalibration(t *testing.T) {
 		})
 	}
 	// MLPerf Inference v5.1, Red Hat, vLLM 0.10, Llama-3.1-8B offline:
-	// 5777 tok/s on one H100, 1642 on one L40S.
+	// 5777 tok/s on one H100, 1642 on one L40S. The L40S's MFU is derived
+	// from this ratio against the H100's (itself measured on an H200).
 	ratio("h100 vs l40s (MLPerf v5.1)", "h100", "l40s", 5777.0/1642, 0.10)
-	// Lambda's vLLM benchmark: an H100 gives ~2× an A100's throughput.
-	ratio("h100 vs a100 (Lambda)", "h100", "a100", 2, 0.15)
+	// Lambda's vLLM benchmark says an H100 gives "~2x" an A100's
+	// throughput, a rounded headline over models from 7B to 405B on vLLM
+	// 0.6. Both GPUs are now pinned by direct measurements (the A100 by
+	// NIM's TTFT above, the H100 by the H200 run), which put the ratio
+	// near 2.9 for this workload; docs/simulator.md states the
+	// disagreement. What must hold is physics: the ratio lies between the
+	// two GPUs' bandwidth ratio (all decode) and their peak ratio (all
+	// prefill).
+	t.Run("h100 vs a100 within the bandwidth and peak ratios", func(t *testing.T) {
+		h, a := sat("h100"), sat("a100")
+		hg, _ := profile.GPU("h100")
+		ag, _ := profile.GPU("a100")
+		lo, hi := hg.MemBandwidth/ag.MemBandwidth, hg.BF16FLOPS/ag.BF16FLOPS
+		t.Logf("h100 %.0f, a100 %.0f output tok/s: ×%.2f (bounds ×%.2f–×%.2f; Lambda says ~×2)", h, a, h/a, lo, hi)
+		if r := h / a; r < lo || r > hi {
+			t.Errorf("h100/a100 throughput ×%.2f outside [×%.2f, ×%.2f]", r, lo, hi)
+		}
+	})
+}
+
+// The H200 measurements (../shared/reference.md, "Prefill speed measured
+// on a real H200"; docs/simulator.md#h200-calibration): PyTorch 2.11 SDPA
+// through Hugging Face transformers, eager, random bf16 weights, batch 1,
+// median of 5. Prefill is one forward pass over n tokens; decode is one
+// hand-written step captured in a CUDA graph, batch b at context c.
+var (
+	h200Prefill = []struct {
+		model  string
+		tokens int
+		ms     float64
+	}{
+		{"llama-3.1-8b", 512, 32.4}, {"llama-3.1-8b", 1024, 39.6}, {"llama-3.1-8b", 2048, 60.7},
+		{"llama-3.1-8b", 4096, 121}, {"llama-3.1-8b", 8192, 254},
+		{"qwen3-32b", 512, 76.0}, {"qwen3-32b", 2048, 244}, {"qwen3-32b", 8192, 1053},
+	}
+	h200Decode = []struct {
+		model        string
+		batch, ctx   int
+		ms, fraction float64 // fraction: of 4.8 TB/s, as measured
+	}{
+		{"llama-3.1-8b", 1, 1024, 4.71, 0.67}, {"llama-3.1-8b", 1, 8192, 4.96, 0.68},
+		{"llama-3.1-8b", 16, 2048, 5.85, 0.69}, {"llama-3.1-8b", 64, 2048, 8.87, 0.76},
+		{"llama-3.1-8b", 128, 2048, 14.2, 0.72}, {"llama-3.1-8b", 256, 1024, 15.8, 0.65},
+		{"qwen3-32b", 1, 1024, 17.9, 0.75}, {"qwen3-32b", 32, 2048, 22.1, 0.77},
+		{"qwen3-32b", 64, 2048, 29.0, 0.71},
+	}
+)
+
+// eagerLaunchFloor is what the measured eager forward pass pays and vLLM
+// does not: Python launching ~40 kernels per decoder layer, about 1 ms
+// per layer, overlapping with the GPU's work (a soft maximum of the two,
+// exponent 4). Fitted with the profile; it explains why the measured MFU
+// climbs from 0.24 at 512 tokens to 0.56 at 8,192 for the 8B shape while
+// the 32B shape is already at 0.44 at 512 tokens: at the same n, the 32B
+// model gives the GPU four times the work per launch.
+func eagerLaunchFloor(gpu time.Duration, layers int) time.Duration {
+	const perLayerMs, k = 1.04, 4.0
+	g, c := ms(gpu), perLayerMs*float64(layers)
+	return time.Duration(math.Pow(math.Pow(g, k)+math.Pow(c, k), 1/k) * 1e6)
+}
+
+// gpuOnly is an H200 pod without vLLM's CPU costs per step, to compare
+// with GPU timings (a zero overhead would mean the default).
+func gpuOnly(t testing.TB, model string) Config {
+	cfg := mustConfig(t, model, "h200", 1)
+	cfg.StepOverhead, cfg.PerSeqOverhead = time.Nanosecond, time.Nanosecond
+	return cfg
+}
+
+// TestH200Calibration holds the H100/H200 profile to every measured
+// point. Prefill: the simulated TTFT of a lone prompt on an idle pod (one
+// engine step), plus the eager runtime's launch floor, within ±10% of the
+// measured forward pass; without the floor it is never slower than the
+// measurement (eager PyTorch bounds vLLM's speed from below) and within
+// ±10% where the GPU, not the launches, sets the time (2,048 tokens and
+// more). Decode: the cost model's step for the measured batch and
+// context within ±10%.
+func TestH200Calibration(t *testing.T) {
+	for _, p := range h200Prefill {
+		t.Run(fmt.Sprintf("prefill %s %d", p.model, p.tokens), func(t *testing.T) {
+			cfg := gpuOnly(t, p.model)
+			got := closedLoop(t, cfg, 1, p.tokens, 1, 1).ttft
+			want := time.Duration(p.ms * 1e6)
+			eager := eagerLaunchFloor(got, cfg.Model.Layers)
+			t.Logf("simulated %v, + launch floor %v, measured %v (%+.1f%%)", got, eager, want, (float64(eager)/float64(want)-1)*100)
+			if r := float64(eager) / float64(want); r < 0.9 || r > 1.1 {
+				t.Errorf("simulated + launch floor %v outside ±10%% of measured %v", eager, want)
+			}
+			if got > want*105/100 {
+				t.Errorf("simulated %v slower than the eager measurement %v", got, want)
+			}
+			if r := float64(got) / float64(want); p.tokens >= 2048 && (r < 0.9 || r > 1.1) {
+				t.Errorf("simulated %v outside ±10%% of measured %v at a GPU-bound size", got, want)
+			}
+		})
+	}
+	for _, d := range h200Decode {
+		t.Run(fmt.Sprintf("decode %s %d×%d", d.model, d.batch, d.ctx), func(t *testing.T) {
+			cfg, _, _, err := resolve(gpuOnly(t, d.model))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newCostModel(cfg)
+			ctx := float64(d.batch) * float64(d.ctx)
+			got := c.step(d.batch, d.batch, ctx, ctx)
+			want := time.Duration(d.ms * 1e6)
+			t.Logf("simulated %v, measured %v (%+.1f%%; measured %.2f of bandwidth)", got, want, (float64(got)/float64(want)-1)*100, d.fraction)
+			if r := float64(got) / float64(want); r < 0.9 || r > 1.1 {
+				t.Errorf("simulated step %v outside ±10%% of measured %v", got, want)
+			}
+		})
+	}
 }

@@ -66,6 +66,9 @@ func resolve(cfg Config) (Config, int, int, error) {
 	if cfg.BandwidthEfficiency == 0 {
 		cfg.BandwidthEfficiency = cmp.Or(g.DecodeBWEfficiency, DefaultBandwidthEfficiency)
 	}
+	if cfg.MFUHalfTokens == 0 {
+		cfg.MFUHalfTokens = g.PrefillHalfTokens
+	}
 	if cfg.MFU < 0 || cfg.MFU > 1 || cfg.BandwidthEfficiency < 0 || cfg.BandwidthEfficiency > 1 {
 		return cfg, 0, 0, fmt.Errorf("%w: MFU %.2f and BandwidthEfficiency %.2f must be in (0,1]", ErrInvalidConfig, cfg.MFU, cfg.BandwidthEfficiency)
 	}
@@ -151,7 +154,8 @@ func kvBytesPerTokenPerGPU(cfg Config) int64 {
 type costModel struct {
 	flopsPerToken  float64 // 2 × active params / TP
 	attnFlopsCoef  float64 // per (query, key) pair per GPU: 4 × layers × heads/TP × head_dim
-	flops          float64 // effective FLOP/s per GPU
+	flops          float64 // effective FLOP/s per GPU of a large step
+	halfTokens     float64 // step size at which efficiency is half of flops's (0: flat)
 	bw             float64 // effective bytes/s per GPU
 	denseBytes     float64 // non-expert weights per GPU
 	expertBytes    float64 // expert weights per GPU
@@ -169,6 +173,7 @@ func newCostModel(cfg Config) costModel {
 		flopsPerToken: 2 * m.ActiveParams / tp,
 		attnFlopsCoef: 4 * float64(m.Layers) * float64(m.Heads) / tp * float64(m.HeadDim),
 		flops:         g.BF16FLOPS * cfg.MFU,
+		halfTokens:    max(cfg.MFUHalfTokens, 0),
 		bw:            g.MemBandwidth * cfg.BandwidthEfficiency,
 		denseBytes:    (m.Params - m.ExpertParams) * m.BytesPerParam / tp,
 		expertBytes:   m.ExpertParams * m.BytesPerParam / tp,
@@ -195,6 +200,11 @@ func newCostModel(cfg Config) costModel {
 func (c *costModel) step(tokens, seqs int, ctx, attnPairs float64) time.Duration {
 	t := float64(tokens)
 	compute := (c.flopsPerToken*t + c.attnFlopsCoef*attnPairs) / c.flops
+	if c.halfTokens > 0 && t > 0 {
+		// Efficiency MFU × t/(t + half): small steps fill the GPU's
+		// tensor cores less (fitted on an H200, docs/simulator.md).
+		compute *= 1 + c.halfTokens/t
+	}
 	weights := c.denseBytes
 	if c.expertBytes > 0 {
 		// Fraction of experts touched by t tokens with top-k routing.

@@ -168,6 +168,9 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rc, err = withNoiseDefaults(rc); err != nil {
+		return nil, err
+	}
 	e := &Engine{
 		cfg:             rc,
 		maxLen:          maxLen,
@@ -434,6 +437,7 @@ func (e *Engine) schedule(t time.Duration) {
 	budget := e.cfg.MaxBatchedTokens
 	var tokens, nseqs int
 	var ctx, pairs float64
+	var noise float64 // PrefillNoise's extra tokens (noise.go)
 	preempted, admitted, allDecode := false, false, true
 
 	for i := 0; i < len(e.running); i++ {
@@ -462,6 +466,7 @@ func (e *Engine) schedule(t time.Duration) {
 		e.grow(s, need)
 		s.sched = n
 		budget -= n
+		noise += e.noisyPrefill(s, n)
 		tokens += n
 		nseqs++
 		ctx += float64(s.computed + n)
@@ -526,6 +531,7 @@ func (e *Engine) schedule(t time.Duration) {
 			w.state = stateRunning
 			w.sched = n
 			budget -= n
+			noise += e.noisyPrefill(w, n)
 			tokens += n
 			nseqs++
 			ctx += float64(cachedTok + n)
@@ -540,7 +546,7 @@ func (e *Engine) schedule(t time.Duration) {
 		e.stalled = e.waiting.n > 0
 		return
 	}
-	d := e.stepTime(0, e.cost.step(tokens, nseqs, ctx, pairs))
+	d := e.stepTime(0, e.cost.step(noisyTokens(tokens, noise), nseqs, ctx, pairs))
 	if loads > 0 {
 		// vLLM activates adapters in the model runner before the forward
 		// pass, so the whole batch waits for the load.
@@ -555,15 +561,17 @@ func (e *Engine) schedule(t time.Duration) {
 }
 
 // stepTime scales the cost model's duration of the i-th step of the step
-// (or coalesced run) now scheduled by the pod's speed factor and jitter.
+// (or coalesced run) now scheduled by the pod's speed factor and jitter,
+// and adds its stall (StallProb).
 // Steps are numbered by st.Steps, which counts completed steps, so a
 // truncated run recomputes exactly the durations it planned.
 func (e *Engine) stepTime(i int, d time.Duration) time.Duration {
 	f := stepFactor(e.cfg.SpeedFactor, e.cfg.StepJitter, e.cfg.JitterSeed, e.st.Steps+int64(i))
+	stalled := stall(e.cfg.StallProb, e.cfg.StallMean, e.cfg.JitterSeed, e.st.Steps+int64(i))
 	if f == 1 {
-		return d
+		return d + stalled
 	}
-	return max(time.Duration(float64(d)*f), time.Microsecond)
+	return max(time.Duration(float64(d)*f), time.Microsecond) + stalled
 }
 
 // maxCoalesceSteps caps the steps in one coalesced run.

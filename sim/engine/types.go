@@ -83,11 +83,16 @@ type Config struct {
 	// NumBlocks overrides the KV capacity computed from memory (tests).
 	NumBlocks int
 	// MFU, BandwidthEfficiency, StepOverhead, PerSeqOverhead tune the cost
-	// model; see the Default constants.
+	// model; see the Default constants. MFU is the plateau a large step
+	// reaches.
 	MFU                 float64
 	BandwidthEfficiency float64
 	StepOverhead        time.Duration
 	PerSeqOverhead      time.Duration
+	// MFUHalfTokens makes compute efficiency depend on the tokens n in a
+	// step, MFU × n/(n + MFUHalfTokens). Zero takes the GPU profile's
+	// (GPUSpec.PrefillHalfTokens); negative is a flat MFU.
+	MFUHalfTokens float64
 
 	// SpeedFactor multiplies every step's duration (0 = 1): 1.03 is a pod
 	// 3% slower than its GPU type's nominal speed. Real pods of one type
@@ -100,6 +105,15 @@ type Config struct {
 	// same steps one by one would.
 	StepJitter float64
 	JitterSeed uint64
+	// StallProb is the probability that a step also stalls (0 = off): a
+	// GC pause, host preemption or slow collective. Stall lengths are
+	// heavy-tailed (Pareto, shape 1.5) with mean StallMean (0 =
+	// DefaultStallMean). PrefillNoise is σ of a mean-one lognormal factor
+	// on the compute of each request's prompt tokens, drawn per request
+	// (0 = off). Both draw from JitterSeed (noise.go).
+	StallProb    float64
+	StallMean    time.Duration
+	PrefillNoise float64
 }
 
 // Variation is the realism the routing benchmark turns on: steps jitter
@@ -108,6 +122,17 @@ type Config struct {
 type Variation struct {
 	StepJitter float64 // σ of the per-step lognormal factor
 	PodSpread  float64 // pods' speed factors are uniform in [1−spread, 1+spread]
+	// Heavy tails, off unless set (Config's fields of the same names).
+	StallProb    float64       // per-step stall probability
+	StallMean    time.Duration // mean stall
+	PrefillNoise float64       // σ of the per-request prefill factor
+}
+
+// NoisyVariation is engine noise the router did not write its estimates
+// for: 15% per-step jitter, a stall in one step of 500 (mean 20 ms,
+// Pareto tail), 25% per-request prefill noise, pods of one type within ±3%.
+func NoisyVariation() Variation {
+	return Variation{StepJitter: 0.15, PodSpread: 0.03, StallProb: 0.002, StallMean: DefaultStallMean, PrefillNoise: 0.25}
 }
 
 // DefaultVariation is the benchmark's: 3% per-step jitter, ±3% per pod.
@@ -119,6 +144,7 @@ func (v Variation) Apply(cfg Config, seed uint64, pod int) Config {
 	cfg.SpeedFactor = PodSpeedFactor(seed, pod, v.PodSpread)
 	cfg.StepJitter = v.StepJitter
 	cfg.JitterSeed = mix64(seed ^ mix64(uint64(pod)+0x9e3779b97f4a7c15))
+	cfg.StallProb, cfg.StallMean, cfg.PrefillNoise = v.StallProb, v.StallMean, v.PrefillNoise
 	return cfg
 }
 

@@ -26,9 +26,25 @@ type GPUSpec struct {
 	// PrefillMFU is the fraction of BF16FLOPS a large prefill reaches on
 	// this GPU under vLLM, and DecodeBWEfficiency the fraction of
 	// MemBandwidth a decode step reaches; zero means the engine's default
-	// (0.5 and 0.85). Calibrated values cite a published run in
-	// docs/simulator.md; TestGPUCalibration pins them.
+	// (0.5 and 0.85). Calibrated values cite a measurement in
+	// docs/simulator.md; TestGPUCalibration and TestH200Calibration pin
+	// them.
 	PrefillMFU, DecodeBWEfficiency float64
+	// PrefillHalfTokens makes the compute efficiency a function of the
+	// tokens n in an engine step: PrefillMFU × n/(n + PrefillHalfTokens),
+	// half the plateau at n = PrefillHalfTokens. Zero is a flat
+	// PrefillMFU (GPUs without a step-size measurement).
+	PrefillHalfTokens float64
+}
+
+// PrefillEfficiency is the fraction of BF16FLOPS a step of tokens tokens
+// reaches (see PrefillHalfTokens); 0 when the profile has no PrefillMFU.
+func (g GPUSpec) PrefillEfficiency(tokens int) float64 {
+	if tokens < 1 || g.PrefillHalfTokens <= 0 {
+		return g.PrefillMFU
+	}
+	n := float64(tokens)
+	return g.PrefillMFU * n / (n + g.PrefillHalfTokens)
 }
 
 // ModelSpec describes a model as its Hugging Face config.json does, plus
@@ -68,14 +84,31 @@ const (
 	tf  = 1e12
 )
 
+// hopperPrefillMFU, hopperPrefillHalfTokens and hopperDecodeBW are fitted
+// to prefill and decode timings measured on a real H200 (PyTorch SDPA,
+// random bf16 weights in Llama-3.1-8B's and Qwen3-32B's shapes; tables in
+// ../shared/reference.md, section "Prefill speed measured on a real H200",
+// and docs/simulator.md#h200-calibration). The measured forward passes
+// are reproduced within ±5% once the eager runtime's launch floor (about
+// 1 ms per layer, which vLLM's CUDA graphs do not pay) is added back, and
+// the decode steps within ±9%. The H100 is the same GH100 die at the same
+// 989 TFLOPS: the peak ratio is 1, so it gets the same curve and the same
+// bandwidth fraction, only its 3.35 TB/s HBM3 differs.
+const (
+	hopperPrefillMFU        = 0.61
+	hopperPrefillHalfTokens = 100
+	hopperDecodeBW          = 0.72
+)
+
 var gpus = map[string]GPUSpec{
 	// H100 SXM5 80GB: 989 TFLOPS bf16 dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s
-	// total (450 GB/s per direction). PrefillMFU 0.40 fits the published
-	// H100/A100 (~2×) and H100/L40S (3.52×) throughput ratios given the
-	// A100's anchored 0.55.
-	"h100": {Name: "h100", MemoryBytes: 81559 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 3.35e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6, PrefillMFU: 0.40},
-	// H200 SXM 141GB: same compute (and efficiency) as H100, 4.8 TB/s HBM3e.
-	"h200": {Name: "h200", MemoryBytes: 143771 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 4.8e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6, PrefillMFU: 0.40},
+	// total (450 GB/s per direction). Efficiencies: the H200's (same die).
+	"h100": {Name: "h100", MemoryBytes: 81559 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 3.35e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6,
+		PrefillMFU: hopperPrefillMFU, PrefillHalfTokens: hopperPrefillHalfTokens, DecodeBWEfficiency: hopperDecodeBW},
+	// H200 SXM 141GB: same compute as H100, 4.8 TB/s HBM3e. Calibrated on a
+	// real H200 (see hopperPrefillMFU).
+	"h200": {Name: "h200", MemoryBytes: 143771 * mib, BF16FLOPS: 989 * tf, MemBandwidth: 4.8e12, LinkBandwidth: 450 * gb, LinkLatencySeconds: 8e-6,
+		PrefillMFU: hopperPrefillMFU, PrefillHalfTokens: hopperPrefillHalfTokens, DecodeBWEfficiency: hopperDecodeBW},
 	// A100 SXM4 80GB: 312 TFLOPS bf16 dense, 2.039 TB/s HBM2e, NVLink 3 600 GB/s total.
 	// PrefillMFU 0.55 fits NVIDIA's NIM figure of 48.3 ms TTFT for a
 	// 500-token Llama-3.1-8B prompt at concurrency 1, BF16.
@@ -86,12 +119,13 @@ var gpus = map[string]GPUSpec{
 	// found: PrefillMFU is the A100's (same Ampere generation).
 	"a10g": {Name: "a10g", MemoryBytes: 23028 * mib, BF16FLOPS: 70 * tf, MemBandwidth: 600 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.55},
 	// L40S: 48 GB GDDR6 (about 45 GiB usable), 864 GB/s, 362 TFLOPS bf16
-	// dense (733 with sparsity); PCIe Gen4 x16, no NVLink. PrefillMFU 0.31
-	// fits MLPerf v5.1's H100/L40S ratio (3.52×) against the H100's 0.40.
-	"l40s": {Name: "l40s", MemoryBytes: 46068 * mib, BF16FLOPS: 362 * tf, MemBandwidth: 864 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.31},
+	// dense (733 with sparsity); PCIe Gen4 x16, no NVLink. PrefillMFU 0.42
+	// fits MLPerf v5.1's H100/L40S ratio (3.52×) against the H100 as
+	// calibrated on the H200 (it was 0.31 against the H100's former 0.40).
+	"l40s": {Name: "l40s", MemoryBytes: 46068 * mib, BF16FLOPS: 362 * tf, MemBandwidth: 864 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.42},
 	// L4: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense; PCIe Gen4 x16. No
 	// published prefill figure was found: PrefillMFU is the L40S's (Ada).
-	"l4": {Name: "l4", MemoryBytes: 23034 * mib, BF16FLOPS: 121 * tf, MemBandwidth: 300 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.31},
+	"l4": {Name: "l4", MemoryBytes: 23034 * mib, BF16FLOPS: 121 * tf, MemBandwidth: 300 * gb, LinkBandwidth: 25 * gb, LinkLatencySeconds: 25e-6, PrefillMFU: 0.42},
 }
 
 var models = map[string]ModelSpec{

@@ -76,3 +76,39 @@ func TestModelDerivedFigures(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefillEfficiencyCurve: the H100 and H200 share one curve (same die,
+// same peak), it rises with the step's tokens towards PrefillMFU and is
+// half of it at PrefillHalfTokens; GPUs without a step-size measurement
+// keep a flat PrefillMFU.
+func TestPrefillEfficiencyCurve(t *testing.T) {
+	h100, _ := GPU("h100")
+	h200, _ := GPU("h200")
+	if h100.PrefillMFU != h200.PrefillMFU || h100.PrefillHalfTokens != h200.PrefillHalfTokens ||
+		h100.DecodeBWEfficiency != h200.DecodeBWEfficiency || h100.BF16FLOPS != h200.BF16FLOPS {
+		t.Fatalf("h100 %+v and h200 %+v efficiencies differ", h100, h200)
+	}
+	if h200.PrefillHalfTokens <= 0 {
+		t.Fatal("h200 has no step-size curve")
+	}
+	prev := 0.0
+	for _, n := range []int{1, 16, 64, 256, 512, 1024, 2048, 4096, 8192, 1 << 20} {
+		e := h200.PrefillEfficiency(n)
+		if e <= prev || e >= h200.PrefillMFU {
+			t.Errorf("PrefillEfficiency(%d) = %.4f, want in (%.4f, %.2f)", n, e, prev, h200.PrefillMFU)
+		}
+		prev = e
+	}
+	if got := h200.PrefillEfficiency(int(h200.PrefillHalfTokens)); got != h200.PrefillMFU/2 {
+		t.Errorf("efficiency at PrefillHalfTokens = %.4f, want %.4f", got, h200.PrefillMFU/2)
+	}
+	if got := h200.PrefillEfficiency(0); got != h200.PrefillMFU {
+		t.Errorf("PrefillEfficiency(0) = %.4f, want the plateau", got)
+	}
+	for _, name := range []string{"a100", "a10g", "l40s", "l4"} {
+		g, _ := GPU(name)
+		if g.PrefillHalfTokens != 0 || g.PrefillEfficiency(64) != g.PrefillMFU || g.PrefillMFU == 0 {
+			t.Errorf("%s: want a flat, set PrefillMFU, got %+v", name, g)
+		}
+	}
+}
