@@ -45,3 +45,26 @@ func BenchmarkEncodingJSONValid32K(b *testing.B) {
 		}
 	}
 }
+
+// bodyASCII32K is a chat request of 32 KiB whose text is plain ASCII
+// without escapes, like the load benchmark's (bench/load).
+func bodyASCII32K() []byte {
+	words := strings.Repeat("which model request token cache prefix router latency throughput batch ", 500)
+	head := `{"model":"llama","stream":true,"max_tokens":16,"messages":[{"role":"system","content":"` + words[:8<<10] + `"},{"role":"user","content":"`
+	tail := `"}]}`
+	return []byte(head + words[:32<<10-len(head)-len(tail)] + tail)
+}
+
+// BenchmarkScanASCII32K is BenchmarkScan32K on plain ASCII text, where
+// strings are skipped eight bytes at a time throughout.
+func BenchmarkScanASCII32K(b *testing.B) {
+	data := bodyASCII32K()
+	vals := make([][]byte, 4)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := testSet.Scan(data, vals); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
