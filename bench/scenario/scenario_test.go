@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -25,6 +26,20 @@ func TestCatalog(t *testing.T) {
 	}
 	if _, err := Get("nope"); err == nil {
 		t.Error("Get(nope): no error")
+	}
+	// Held-out scenarios run by name but stay out of the published list.
+	for _, s := range Heldout() {
+		f := s.Fleet
+		f.SetDefaults()
+		if err := f.Validate(); err != nil {
+			t.Errorf("%s: %v", s.Name, err)
+		}
+		if slices.Contains(Names(), s.Name) {
+			t.Errorf("held-out %s is in the published catalogue", s.Name)
+		}
+		if got, err := Get(s.Name); err != nil || got.Name != s.Name {
+			t.Errorf("Get(%s) = %s, %v", s.Name, got.Name, err)
+		}
 	}
 }
 

@@ -262,12 +262,7 @@ func (e *Engine) Submit(now time.Duration, r *Request) error {
 		n := min(len(r.BlockHashes), r.PromptTokens/BlockSize)
 		salt := e.salt(r.Adapter)
 		for _, h := range r.BlockHashes[:n] {
-			if salt != 0 {
-				// Namespace by adapter: the same text under another adapter
-				// has different KV.
-				h = (h ^ salt) * 0x9E3779B97F4A7C15
-			}
-			s.hashes = append(s.hashes, h)
+			s.hashes = append(s.hashes, saltKey(h, salt))
 		}
 	}
 	e.seqs[r.ID] = s
@@ -288,10 +283,38 @@ func (e *Engine) salt(adapter string) uint64 {
 	}
 	s, ok := e.salts[adapter]
 	if !ok {
-		s = xxhash.Sum64String(adapter) | 1
+		s = adapterSalt(adapter)
 		e.salts[adapter] = s
 	}
 	return s
+}
+
+func adapterSalt(adapter string) uint64 { return xxhash.Sum64String(adapter) | 1 }
+
+// saltKey is the cache key of block hash h under an adapter's salt (0:
+// the base model, h itself): the same text under another adapter has
+// different KV.
+func saltKey(h, salt uint64) uint64 {
+	if salt == 0 {
+		return h
+	}
+	return (h ^ salt) * 0x9E3779B97F4A7C15
+}
+
+// BlockKeys appends to dst the keys under which an engine caches the
+// first promptTokens/BlockSize of a request's BlockHashes for adapter:
+// the hashes its KVEvents report. A router with the exact tokens computes
+// the same keys (vLLM's block hashes), which is what a precise prefix
+// index matches on.
+func BlockKeys(dst []uint64, adapter string, hashes []uint64, promptTokens int) []uint64 {
+	var salt uint64
+	if adapter != "" {
+		salt = adapterSalt(adapter)
+	}
+	for _, h := range hashes[:min(len(hashes), max(promptTokens, 0)/BlockSize)] {
+		dst = append(dst, saltKey(h, salt))
+	}
+	return dst
 }
 
 func (e *Engine) newSeq() *seq {
