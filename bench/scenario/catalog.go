@@ -309,7 +309,7 @@ func identicalPodsNoisy() Scenario {
 }
 
 // cachePressure32B is prefix caching under eviction: 128 shared system
-// prompts (~380k tokens in all, Zipf) against pods that hold ~39k tokens
+// prompts (~400k tokens in all, Zipf) against pods that hold ~39k tokens
 // of KV each (~155k over the fleet), so every pod evicts all the time. A
 // router's approximate index (what it sent where) then believes in blocks
 // the pods have dropped; one fed by the engines' KV events (precise
@@ -319,7 +319,7 @@ func identicalPodsNoisy() Scenario {
 func cachePressure32B() Scenario {
 	return Scenario{
 		Name:    "cache-pressure-32b",
-		Summary: "Qwen3-32B on 4 H100 pods (~39k KV tokens each); 95% of requests start with one of 128 system prompts (~380k tokens, Zipf): the prefix working set exceeds the fleet's KV",
+		Summary: "Qwen3-32B on 4 H100 pods (~39k KV tokens each); 95% of requests start with one of 128 system prompts (~400k tokens, Zipf): the prefix working set exceeds the fleet's KV",
 		Fleet: Fleet{
 			Model:   "qwen3-32b",
 			Pods:    []PodGroup{{GPU: "h100", Count: 4, TensorParallel: 1}},
