@@ -298,23 +298,35 @@ func TestFlavorMetricNames(t *testing.T) {
 			"vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
 			"vllm:e2e_request_latency_seconds", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
 			"vllm:request_success_total", "vllm:num_preemptions_total",
+			"vllm:lora_adapter_loaded", "vllm:num_gpu_loaded_lora_adapters", "vllm:num_cpu_loaded_lora_adapters",
 		}, []string{"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total", "vllm:time_per_output_token_seconds"}},
 		{FlavorVLLMLegacy, "vllm:", []string{
 			"vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:gpu_cache_usage_perc",
 			"vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total", "vllm:cache_config_info",
 			"vllm:time_to_first_token_seconds", "vllm:time_per_output_token_seconds", "vllm:lora_requests_info",
-		}, []string{"vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:inter_token_latency_seconds"}},
+		}, []string{"vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:inter_token_latency_seconds", "vllm:lora_adapter_loaded"}},
 		{FlavorSGLang, "sglang:", []string{
 			"sglang:num_queue_reqs", "sglang:num_running_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
-			"sglang:cache_config_info", "sglang:num_used_tokens", "sglang:max_total_num_tokens",
+			"sglang:page_size", "sglang:num_pages", "sglang:num_used_tokens", "sglang:max_total_num_tokens",
 			"sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:cached_tokens_total",
 			"sglang:num_requests_total", "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
 			"sglang:e2e_request_latency_seconds",
-		}, nil},
+		}, []string{"sglang:cache_config_info"}},
 		{FlavorTGI, "tgi_", []string{
 			"tgi_queue_size", "tgi_batch_current_size", "tgi_batch_current_max_tokens", "tgi_request_count",
 			"tgi_request_success", "tgi_request_duration", "tgi_request_mean_time_per_token_duration",
 			"tgi_request_input_length", "tgi_request_generated_tokens",
+		}, nil},
+		{FlavorTRTLLM, "trtllm_", []string{
+			"trtllm_num_requests_waiting", "trtllm_num_requests_running", "trtllm_kv_cache_utilization",
+			"trtllm_kv_cache_max_blocks", "trtllm_kv_cache_tokens_per_block", "trtllm_kv_cache_used_blocks",
+			"trtllm_time_to_first_token_seconds", "trtllm_time_per_output_token_seconds", "trtllm_e2e_request_latency_seconds",
+			"trtllm_request_success_total", "trtllm_prompt_tokens_total", "trtllm_generation_tokens_total",
+		}, nil},
+		{FlavorDynamo, "dynamo_", []string{
+			"dynamo_frontend_queued_requests", "dynamo_frontend_inflight_requests", "dynamo_frontend_model_kv_cache_block_size",
+			"dynamo_frontend_model_total_kv_blocks", "dynamo_frontend_time_to_first_token_seconds",
+			"dynamo_frontend_inter_token_latency_seconds", "dynamo_frontend_request_duration_seconds",
 		}, nil},
 	}
 	for _, tt := range tests {
@@ -323,6 +335,10 @@ func TestFlavorMetricNames(t *testing.T) {
 			// Two tokens, so the inter-token histograms see a sample.
 			if status, body := postJSON(t, p.URL+"/v1/chat/completions", chatBody("m", "hello there", 3, false)); status != 200 {
 				t.Fatalf("status %d: %s", status, body)
+			}
+			// And one on the adapter, which then sits in a GPU slot.
+			if status, body := postJSON(t, p.URL+"/v1/chat/completions", chatBody("a", "hello there", 2, false)); status != 200 {
+				t.Fatalf("adapter: status %d: %s", status, body)
 			}
 			f := scrape(t, p)
 			for _, name := range tt.want {
@@ -340,8 +356,9 @@ func TestFlavorMetricNames(t *testing.T) {
 					t.Errorf("%s exports %s, which is not its engine's", tt.flavor, name)
 				}
 			}
-			if tt.flavor != FlavorTGI {
-				// model_name carries the served name, as the engines do.
+			if tt.flavor != FlavorTGI && tt.flavor != FlavorTRTLLM && tt.flavor != FlavorDynamo {
+				// model_name carries the served name, as the engines do
+				// (trtllm-serve says "undefined"; Dynamo's label is model).
 				running := f[tt.want[1]]
 				found := false
 				for _, l := range running.Metric[0].Label {

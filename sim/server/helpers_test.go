@@ -75,13 +75,14 @@ func postJSON(t *testing.T, url string, body any) (int, []byte) {
 // scrape fetches and parses a pod's /metrics.
 func scrape(t *testing.T, p *Pod) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(p.URL + "/metrics")
+	path := p.Server.Config().Flavor.MetricsPath()
+	resp, err := http.Get(p.URL + path)
 	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
+		t.Fatalf("GET %s: %v", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: status %d", resp.StatusCode)
+		t.Fatalf("GET %s: status %d", path, resp.StatusCode)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,11 +24,25 @@ const (
 	FlavorVLLM       Flavor = "vllm"
 	FlavorVLLMLegacy Flavor = "vllm-legacy" // before 0.9: gpu_cache_usage_perc
 	FlavorSGLang     Flavor = "sglang"
-	FlavorTGI        Flavor = "tgi"
+	FlavorTGI        Flavor = "tgi"    // archived upstream on 2026-03-21
+	FlavorTRTLLM     Flavor = "trtllm" // trtllm-serve: Prometheus text on /prometheus/metrics
+	FlavorDynamo     Flavor = "dynamo" // an NVIDIA Dynamo frontend's own page
 )
 
 // Flavors lists the valid --engine values.
-func Flavors() []Flavor { return []Flavor{FlavorVLLM, FlavorVLLMLegacy, FlavorSGLang, FlavorTGI} }
+func Flavors() []Flavor {
+	return []Flavor{FlavorVLLM, FlavorVLLMLegacy, FlavorSGLang, FlavorTGI, FlavorTRTLLM, FlavorDynamo}
+}
+
+// MetricsPath is where the flavor serves its Prometheus text: trtllm-serve
+// mounts it on /prometheus/metrics and answers /metrics with JSON
+// iteration stats.
+func (f Flavor) MetricsPath() string {
+	if f == FlavorTRTLLM {
+		return "/prometheus/metrics"
+	}
+	return "/metrics"
+}
 
 // ParseFlavor validates an --engine value.
 func ParseFlavor(s string) (Flavor, error) {
@@ -36,7 +51,7 @@ func ParseFlavor(s string) (Flavor, error) {
 			return f, nil
 		}
 	}
-	names := make([]string, 0, 4)
+	names := make([]string, 0, len(Flavors()))
 	for _, f := range Flavors() {
 		names = append(names, string(f))
 	}
@@ -55,6 +70,11 @@ var (
 	sglangTTFTBuckets = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400}
 	sglangITLBuckets  = []float64{0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000}
 	sglangE2EBuckets  = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400}
+	// ai-dynamo/dynamo's frontend histograms, as its /metrics shows them
+	// (docs/observability/metrics_examples/fe.log).
+	dynamoTTFTBuckets     = []float64{0, 0.0022, 0.0047, 0.01, 0.022, 0.047, 0.1, 0.22, 0.47, 1, 2.2, 4.7, 10, 22, 48, 100, 220, 480}
+	dynamoITLBuckets      = []float64{0, 0.0019, 0.0035, 0.0067, 0.013, 0.024, 0.045, 0.084, 0.16, 0.3, 0.56, 1.1, 2}
+	dynamoRequestDuration = []float64{0, 1.9, 3.4, 6.3, 12, 22, 40, 75, 140, 260}
 	// router/src/server.rs: 35 geometric buckets from 0.0001 × 1.5.
 	tgiDurationBuckets = func() []float64 {
 		b := make([]float64, 35)
@@ -98,7 +118,12 @@ type collector struct {
 	lastHitRate        float64
 	gauges             []gaugeSpec
 	infoDesc, loraDesc *prometheus.Desc
-	constLabels        []string // label values of the series gauge() adds
+	// loadedDesc is vllm:lora_adapter_loaded (vllm-project/vllm#54830),
+	// one series per adapter resident in a GPU slot.
+	loadedDesc *prometheus.Desc
+	// loraGauges are exported only with LoRA enabled, as vLLM's.
+	loraGauges  []gaugeSpec
+	constLabels []string // label values of the series gauge() adds
 }
 
 // gaugeSpec is one series computed from Stats at scrape time.
@@ -135,6 +160,10 @@ func newCollector(cfg collectorConfig) *collector {
 		c.initSGLang()
 	case FlavorTGI:
 		c.initTGI()
+	case FlavorTRTLLM:
+		c.initTRTLLM()
+	case FlavorDynamo:
+		c.initDynamo()
 	}
 	return c
 }
@@ -180,6 +209,24 @@ func (c *collector) initVLLM(legacy bool) {
 	c.infoDesc = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", infoLabels, nil)
 	c.loraDesc = prometheus.NewDesc("vllm:lora_requests_info", "Running stats on lora requests.",
 		[]string{"max_lora", "waiting_lora_adapters", "running_lora_adapters"}, nil)
+	if !legacy {
+		// A vLLM with vllm-project/vllm#54830 exports the adapters it holds
+		// beside the (deprecated) info gauge: one series per loaded
+		// adapter, level "gpu" or "cpu", present while loaded. The
+		// simulator has GPU slots only.
+		c.loadedDesc = prometheus.NewDesc("vllm:lora_adapter_loaded", "LoRA adapter loaded in the engine (1 while loaded).",
+			[]string{"engine", "adapter_name", "level", "pinned"}, nil)
+		for _, l := range []struct {
+			name, help string
+			val        func(engine.Stats) float64
+		}{
+			{"vllm:num_gpu_loaded_lora_adapters", "Number of LoRA adapters loaded in GPU memory.", func(s engine.Stats) float64 { return float64(len(s.LoadedAdapters)) }},
+			{"vllm:num_cpu_loaded_lora_adapters", "Number of LoRA adapters cached in CPU memory.", func(engine.Stats) float64 { return 0 }},
+		} {
+			c.loraGauges = append(c.loraGauges, gaugeSpec{desc: prometheus.NewDesc(l.name, l.help, []string{"engine"}, nil),
+				typ: prometheus.GaugeValue, val: l.val, values: []string{"0"}})
+		}
+	}
 
 	itlName := "vllm:inter_token_latency_seconds"
 	itlHelp := "Histogram of inter-token latency in seconds."
@@ -196,10 +243,12 @@ func (c *collector) initVLLM(legacy bool) {
 }
 
 func (c *collector) initSGLang() {
-	// The scheduler's gauges carry these labels; tokenizer-side counters
-	// and histograms only model_name and engine_type.
-	schedLabels := []string{"model_name", "engine_type", "tp_rank", "pp_rank"}
-	c.constLabels = []string{c.model, "unified", "0", "0"}
+	// The scheduler's gauges carry these labels (python/sglang/srt/
+	// observability/metrics_collector.py, SchedulerMetricsCollector);
+	// tokenizer-side counters and histograms only model_name and
+	// engine_type.
+	schedLabels := []string{"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"}
+	c.constLabels = []string{c.model, "unified", "0", "0", "0"}
 	tokL := prometheus.Labels{"model_name": c.model, "engine_type": "unified"}
 	g := prometheus.GaugeValue
 	c.gauge("sglang:num_running_reqs", "The number of running requests.", schedLabels, g,
@@ -213,7 +262,15 @@ func (c *collector) initSGLang() {
 	c.gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", schedLabels, g,
 		func(s engine.Stats) float64 { return float64(s.NumBlocks * s.BlockSize) })
 	c.gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", schedLabels, g, c.sglangHitRate)
-	c.infoDesc = prometheus.NewDesc("sglang:cache_config_info", "Cache configuration", []string{"page_size", "num_pages"}, nil)
+	// Current SGLang exports the KV page size and count as gauges
+	// (metrics_collector.py, emit_constants); the releases before, from
+	// sgl-project/sglang#17273, as sglang:cache_config_info labels.
+	c.gauge("sglang:page_size", "KV cache page size in tokens.", schedLabels, g,
+		func(s engine.Stats) float64 { return float64(s.BlockSize) })
+	c.gauge("sglang:num_pages", "Number of KV cache pages.", schedLabels, g,
+		func(s engine.Stats) float64 { return float64(s.NumBlocks) })
+	c.gauge("sglang:context_len", "Maximum context length.", schedLabels, g,
+		func(engine.Stats) float64 { return float64(c.maxLen) })
 
 	// Tokenizer-side counters: a separate label set, so const labels.
 	for _, ctr := range []struct {
@@ -271,6 +328,80 @@ func (c *collector) initTGI() {
 		Help: "Generated tokens per request", Buckets: tgiLengthBuckets(maxLen)})
 }
 
+func (c *collector) initTRTLLM() {
+	// trtllm-serve (NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py,
+	// MetricsCollector) labels every series model_name and engine_type,
+	// which its OpenAI server sets to "undefined".
+	labels := []string{"model_name", "engine_type"}
+	c.constLabels = []string{"undefined", "undefined"}
+	constL := prometheus.Labels{"model_name": "undefined", "engine_type": "undefined"}
+	g, cnt := prometheus.GaugeValue, prometheus.CounterValue
+	c.gauge("trtllm_num_requests_running", "Number of active requests", labels, g,
+		func(s engine.Stats) float64 { return float64(s.Running) })
+	c.gauge("trtllm_num_requests_waiting", "Number of queued requests", labels, g,
+		func(s engine.Stats) float64 { return float64(s.Waiting) })
+	c.gauge("trtllm_kv_cache_utilization", "KV cache utilization", labels, g,
+		func(s engine.Stats) float64 { return s.KVUsage })
+	c.gauge("trtllm_kv_cache_max_blocks", "Maximum number of KV cache blocks", labels, g,
+		func(s engine.Stats) float64 { return float64(s.NumBlocks) })
+	c.gauge("trtllm_kv_cache_used_blocks", "Number of used KV cache blocks", labels, g,
+		func(s engine.Stats) float64 { return float64(s.UsedBlocks) })
+	c.gauge("trtllm_kv_cache_free_blocks", "Number of free KV cache blocks", labels, g,
+		func(s engine.Stats) float64 { return float64(s.NumBlocks - s.UsedBlocks) })
+	c.gauge("trtllm_kv_cache_tokens_per_block", "Number of tokens per KV cache block", labels, g,
+		func(s engine.Stats) float64 { return float64(s.BlockSize) })
+	c.gauge("trtllm_kv_cache_hit_rate", "KV cache hit rate", labels, g, c.sglangHitRate)
+	c.gauge("trtllm_prompt_tokens_total", "Cumulative number of prompt (input) tokens processed.", labels, cnt,
+		func(s engine.Stats) float64 { return float64(s.PromptTokens) })
+	c.gauge("trtllm_generation_tokens_total", "Cumulative number of generation (output) tokens produced.", labels, cnt,
+		func(s engine.Stats) float64 { return float64(s.GenerationTokens) })
+	c.gauge("trtllm_num_requests_completed_total", "Total number of completed requests across iterations", labels, cnt,
+		func(s engine.Stats) float64 { return float64(s.FinishedRequests) })
+	// Its default buckets are vLLM's.
+	c.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trtllm_time_to_first_token_seconds",
+		Help: "Histogram of time to first token in seconds.", Buckets: vllmTTFTBuckets, ConstLabels: constL})
+	c.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trtllm_time_per_output_token_seconds",
+		Help: "Histogram of time per output token in seconds.", Buckets: vllmITLBuckets, ConstLabels: constL})
+	c.e2e = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trtllm_e2e_request_latency_seconds",
+		Help: "Histogram of end to end request latency in seconds.", Buckets: vllmE2EBuckets, ConstLabels: constL})
+	c.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trtllm_request_success_total",
+		Help: "Count of successfully processed requests.", ConstLabels: constL}, []string{"finished_reason"})
+}
+
+func (c *collector) initDynamo() {
+	// A Dynamo frontend's own page (ai-dynamo/dynamo lib/runtime/src/
+	// metrics/prometheus_names.rs, frontend_service): request gauges and
+	// histograms labelled with the model name lowercased, model
+	// configuration gauges with it as served. inflight_requests counts a
+	// request from arrival to its last token, queued_requests until its
+	// first token; the simulator counts the engine's waiting requests as
+	// queued (a request in its prefill step counts as running only).
+	lower := strings.ToLower(c.model)
+	labels := []string{"model"}
+	g, cnt := prometheus.GaugeValue, prometheus.CounterValue
+	c.constLabels = []string{lower}
+	c.gauge("dynamo_frontend_inflight_requests", "Number of inflight requests", labels, g,
+		func(s engine.Stats) float64 { return float64(s.Running + s.Waiting) })
+	c.gauge("dynamo_frontend_queued_requests", "Number of requests in HTTP processing queue", labels, g,
+		func(s engine.Stats) float64 { return float64(s.Waiting) })
+	c.gauge("dynamo_frontend_output_tokens_total", "Total number of output tokens generated (updates in real-time)", labels, cnt,
+		func(s engine.Stats) float64 { return float64(s.GenerationTokens) })
+	c.constLabels = []string{c.model}
+	c.gauge("dynamo_frontend_model_kv_cache_block_size", "KV cache block size in tokens for a worker serving the model", labels, g,
+		func(s engine.Stats) float64 { return float64(s.BlockSize) })
+	c.gauge("dynamo_frontend_model_total_kv_blocks", "Total KV cache blocks available for a worker serving the model", labels, g,
+		func(s engine.Stats) float64 { return float64(s.NumBlocks) })
+	c.gauge("dynamo_frontend_model_context_length", "Maximum context length in tokens for a worker serving the model", labels, g,
+		func(engine.Stats) float64 { return float64(c.maxLen) })
+	constL := prometheus.Labels{"model": lower}
+	c.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_time_to_first_token_seconds",
+		Help: "Time to first token in seconds", Buckets: dynamoTTFTBuckets, ConstLabels: constL})
+	c.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_inter_token_latency_seconds",
+		Help: "Inter-token latency in seconds", Buckets: dynamoITLBuckets, ConstLabels: constL})
+	c.e2e = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "dynamo_frontend_request_duration_seconds",
+		Help: "Duration of LLM requests", Buckets: dynamoRequestDuration, ConstLabels: constL})
+}
+
 func (c *collector) histograms() []prometheus.Collector {
 	var out []prometheus.Collector
 	for _, h := range []prometheus.Collector{c.ttft, c.itl, c.e2e, c.inputLen, c.genLen, c.arrivals} {
@@ -295,6 +426,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.loraDesc != nil {
 		ch <- c.loraDesc
 	}
+	if c.loadedDesc != nil {
+		ch <- c.loadedDesc
+	}
+	for _, g := range c.loraGauges {
+		ch <- g.desc
+	}
 	for _, h := range c.histograms() {
 		h.Describe(ch)
 	}
@@ -313,12 +450,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	case FlavorVLLMLegacy:
 		ch <- prometheus.MustNewConstMetric(c.infoDesc, prometheus.GaugeValue, 1,
 			strconv.Itoa(s.BlockSize), "auto", "True", formatFloat(c.gpuMemUtil), strconv.Itoa(s.NumBlocks))
-	case FlavorSGLang:
-		ch <- prometheus.MustNewConstMetric(c.infoDesc, prometheus.GaugeValue, 1,
-			strconv.Itoa(s.BlockSize), strconv.Itoa(s.NumBlocks))
 	}
 	if c.loraDesc != nil && c.loraOn() {
 		c.collectLoRA(ch, s)
+		for _, g := range c.loraGauges {
+			ch <- prometheus.MustNewConstMetric(g.desc, g.typ, g.val(s), g.values...)
+		}
+		if c.loadedDesc != nil {
+			for _, a := range s.LoadedAdapters {
+				ch <- prometheus.MustNewConstMetric(c.loadedDesc, prometheus.GaugeValue, 1, "0", a, "gpu", "false")
+			}
+		}
 	}
 	for _, h := range c.histograms() {
 		h.Collect(ch)
@@ -396,4 +538,19 @@ func (c *collector) observeDone(res engine.Result, ttft, e2e time.Duration) {
 			c.success.WithLabelValues(res.FinishReason).Inc()
 		}
 	}
+}
+
+// handleIterationStats answers trtllm-serve's /metrics: a JSON list of
+// recent iteration stats (tensorrt_llm/serve/openai_server.py,
+// get_iteration_stats), here one built from the engine's state.
+func (s *Server) handleIterationStats(w http.ResponseWriter, _ *http.Request) {
+	st := s.stats()
+	writeJSON(w, http.StatusOK, []map[string]any{{
+		"numActiveRequests": st.Running,
+		"numQueuedRequests": st.Waiting,
+		"kvCacheStats": map[string]int{
+			"maxNumBlocks": st.NumBlocks, "usedNumBlocks": st.UsedBlocks,
+			"freeNumBlocks": st.NumBlocks - st.UsedBlocks, "tokensPerBlock": st.BlockSize,
+		},
+	}})
 }

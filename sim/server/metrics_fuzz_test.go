@@ -50,6 +50,9 @@ func FuzzMetricsRoundTrip(f *testing.F) {
 			BlockSize: int(blockSize), NumBlocks: int(numBlocks % 1e7), MaxLoras: int(maxLoras),
 			RunningAdapters: adapterNames(run), WaitingAdapters: adapterNames(wait),
 		}
+		// Resident in GPU slots: the running adapters and the first half
+		// of the waiting ones (vllm:lora_adapter_loaded).
+		st.LoadedAdapters = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(st.RunningAdapters), st.WaitingAdapters[:len(st.WaitingAdapters)/2]...))))
 		c := newCollector(collectorConfig{flavor: fl, model: "llama-3.1-8b", maxLen: 8192, gpuMemUtil: 0.9,
 			stats: func() engine.Stats { return st }, loraOn: func() bool { return st.MaxLoras > 0 }})
 		reg := prometheus.NewRegistry()
@@ -75,8 +78,8 @@ func FuzzMetricsRoundTrip(f *testing.F) {
 		if m.Waiting != st.Waiting || m.Running != st.Running {
 			t.Fatalf("%s: waiting/running %d/%d, engine said %d/%d", fl, m.Waiting, m.Running, st.Waiting, st.Running)
 		}
-		if fl == FlavorTGI {
-			return // TGI exports neither KV usage nor LoRA state
+		if fl == FlavorTGI || fl == FlavorDynamo {
+			return // TGI exports neither KV usage nor LoRA state; a Dynamo frontend no KV usage
 		}
 		if !m.HasKV || math.Abs(m.KVUsage-st.KVUsage) > 1e-9 {
 			t.Fatalf("%s: KV %v (has %v), engine said %v", fl, m.KVUsage, m.HasKV, st.KVUsage)
@@ -84,12 +87,24 @@ func FuzzMetricsRoundTrip(f *testing.F) {
 		if st.BlockSize > 0 && m.BlockSize != st.BlockSize || st.NumBlocks > 0 && m.NumBlocks != st.NumBlocks {
 			t.Fatalf("%s: blocks %d x %d, engine said %d x %d", fl, m.NumBlocks, m.BlockSize, st.NumBlocks, st.BlockSize)
 		}
-		if fl == FlavorSGLang || st.MaxLoras == 0 {
+		if fl == FlavorSGLang || fl == FlavorTRTLLM || st.MaxLoras == 0 {
 			return
 		}
-		if !m.HasLoRA || m.MaxLoras != st.MaxLoras || !slices.Equal(m.ActiveAdapters, st.RunningAdapters) || !slices.Equal(m.WaitingAdapters, st.WaitingAdapters) {
-			t.Fatalf("%s: LoRA %v %q %q max %d, engine said %q %q max %d", fl, m.HasLoRA, m.ActiveAdapters, m.WaitingAdapters, m.MaxLoras,
-				st.RunningAdapters, st.WaitingAdapters, st.MaxLoras)
+		// The current vLLM adds the GPU-resident adapters that run nothing
+		// (sorted) after the running ones; the legacy one has no such metric.
+		active := st.RunningAdapters
+		if fl == FlavorVLLM {
+			var idle []string
+			for _, a := range st.LoadedAdapters {
+				if !slices.Contains(active, a) {
+					idle = append(idle, a)
+				}
+			}
+			active = append(slices.Clip(active), idle...)
+		}
+		if !m.HasLoRA || m.MaxLoras != st.MaxLoras || !slices.Equal(m.ActiveAdapters, active) || !slices.Equal(m.WaitingAdapters, st.WaitingAdapters) {
+			t.Fatalf("%s: LoRA %v %q %q max %d, engine said %q (+ resident %q) %q max %d", fl, m.HasLoRA, m.ActiveAdapters, m.WaitingAdapters, m.MaxLoras,
+				st.RunningAdapters, st.LoadedAdapters, st.WaitingAdapters, st.MaxLoras)
 		}
 	})
 }

@@ -39,7 +39,7 @@ func TestParseFlavor(t *testing.T) {
 			t.Errorf("ParseFlavor(%q) = %q, %v", f, got, err)
 		}
 	}
-	for _, bad := range []string{"", "VLLM", "trtllm"} {
+	for _, bad := range []string{"", "VLLM", "triton"} {
 		if _, err := ParseFlavor(bad); err == nil {
 			t.Errorf("ParseFlavor(%q) accepted", bad)
 		}
@@ -53,7 +53,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}{
 		{"unknown model", Config{Model: "gpt-5"}},
 		{"unknown gpu", Config{GPU: "tpu"}},
-		{"unknown flavor", Config{Flavor: "trtllm"}},
+		{"unknown flavor", Config{Flavor: "triton"}},
 		{"negative time scale", Config{TimeScale: -1}},
 		{"adapter named like the model", Config{ServedModelName: "m", LoRAModules: []LoRAModule{{Name: "m"}}}},
 		{"duplicate adapter", Config{LoRAModules: []LoRAModule{{Name: "a"}, {Name: "a"}}}},

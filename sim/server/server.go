@@ -1,8 +1,9 @@
 // Package server is one simulated GPU pod behind an OpenAI-compatible HTTP
 // API: chat and text completions (streaming or not), the Responses and
 // Anthropic Messages APIs, embeddings, model listing, vLLM's
-// LoRA load/unload endpoints, /health, and a /metrics page named as the
-// imitated model server (vLLM, SGLang or TGI) names its metrics. The work
+// LoRA load/unload endpoints, /health, and a Prometheus page named as the
+// imitated model server (vLLM, SGLang, TGI, trtllm-serve or a Dynamo
+// frontend) names its metrics. The work
 // itself is done by sim/engine, driven in real time.
 package server
 
@@ -277,7 +278,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLoRA)
 	mux.HandleFunc("POST /reset_prefix_cache", s.handleResetPrefixCache)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET "+s.cfg.Flavor.MetricsPath(), promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	if s.cfg.Flavor == FlavorTRTLLM {
+		// trtllm-serve's /metrics is JSON iteration stats, not Prometheus
+		// text: a scraper asking it is told so by the shape.
+		mux.HandleFunc("GET /metrics", s.handleIterationStats)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Unknown paths and methods get the OpenAI error envelope too.
 		if _, pattern := mux.Handler(r); pattern == "" {

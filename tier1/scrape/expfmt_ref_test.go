@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +49,9 @@ func parseExpfmt(engine string, r io.Reader) (Sample, error) {
 	if m == nil {
 		return Sample{}, fmt.Errorf("unknown engine %q", engine)
 	}
+	for name, l := range breakdownOf {
+		fams[name] = withoutBreakdown(fams[name], l)
+	}
 	s := Sample{Engine: engine}
 	for _, name := range m.families[picker.MetricWaiting] {
 		if v, ok := sum(fams[name]); ok {
@@ -58,6 +62,9 @@ func parseExpfmt(engine string, r io.Reader) (Sample, error) {
 	}
 	for _, name := range m.families[picker.MetricRunning] {
 		if v, ok := sum(fams[name]); ok {
+			if m.runningIncludesWaiting {
+				v -= float64(s.Metrics.Waiting)
+			}
 			s.Metrics.Running = count(v)
 			s.Have |= InputRunning
 			break
@@ -77,10 +84,65 @@ func parseExpfmt(engine string, r io.Reader) (Sample, error) {
 			break
 		}
 	}
+	if m.loraLoaded != "" && parseLoRALoaded(fams[m.loraLoaded], &s.Metrics) {
+		s.Have |= InputLoRA
+	}
 	if m.cacheConfig != "" {
 		parseCacheConfig(fams[m.cacheConfig], m, &s.Metrics)
 	}
+	if v, ok := mean(fams[m.blockSizeFamily]); ok && s.Metrics.BlockSize == 0 {
+		s.Metrics.BlockSize = count(math.Round(v))
+	}
+	if v, ok := mean(fams[m.numBlocksFamily]); ok && s.Metrics.NumBlocks == 0 {
+		s.Metrics.NumBlocks = count(math.Round(v))
+	}
 	return s, nil
+}
+
+// withoutBreakdown drops the series of f whose label l is not empty: they
+// break down another series of f (SGLang's per-priority counts).
+func withoutBreakdown(f *dto.MetricFamily, l string) *dto.MetricFamily {
+	if f == nil {
+		return nil
+	}
+	out := &dto.MetricFamily{Name: f.Name, Type: f.Type}
+	for _, m := range f.GetMetric() {
+		if v, _ := label(m, l); v == "" {
+			out.Metric = append(out.Metric, m)
+		}
+	}
+	return out
+}
+
+// parseLoRALoaded reads vllm:lora_adapter_loaded{adapter_name,level,pinned}
+// (vllm-project/vllm#54830): one series per loaded adapter, present while
+// it is loaded. The GPU-resident ones join ActiveAdapters, sorted, after
+// those lora_requests_info named.
+func parseLoRALoaded(f *dto.MetricFamily, out *picker.Metrics) bool {
+	if f == nil {
+		return false
+	}
+	var add []string
+	for _, m := range f.GetMetric() {
+		v, ok := value(m)
+		if !ok || v <= 0 {
+			continue
+		}
+		if lvl, _ := label(m, "level"); lvl != "gpu" {
+			continue
+		}
+		name, _ := label(m, "adapter_name")
+		if name == "" || slices.Contains(out.ActiveAdapters, name) || slices.Contains(add, name) {
+			continue
+		}
+		add = append(add, name)
+	}
+	sort.Strings(add)
+	if len(add) > 0 {
+		out.ActiveAdapters = append(slices.Clip(out.ActiveAdapters), add...)
+	}
+	out.HasLoRA = true
+	return true
 }
 
 // detect names the engine whose metrics appear in fams, or "".

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -103,6 +104,7 @@ type fastParser struct {
 	arena  []byte
 	line   int
 	prev   *picker.Metrics // see parsePage
+	names  [][]byte        // loraLoaded's scratch list, reused
 }
 
 const fastBufSize = 32 << 10
@@ -122,6 +124,19 @@ var infoFamily = func() []bool {
 		if d.cacheConfig != "" {
 			out[famIndex[d.cacheConfig]] = true
 		}
+		if d.loraLoaded != "" {
+			out[famIndex[d.loraLoaded]] = true
+		}
+	}
+	return out
+}()
+
+// breakdownSlot is breakdownOf by family slot: the label whose non-empty
+// value keeps a series out of the family's sums.
+var breakdownSlot = func() []string {
+	out := make([]string, len(wantedList))
+	for n, l := range breakdownOf {
+		out[famIndex[n]] = l
 	}
 	return out
 }()
@@ -369,12 +384,21 @@ var (
 func (p *fastParser) parseSample(fi int, line []byte, i int) error {
 	f := &p.fams[fi]
 	info := infoFamily[fi]
-	lab := len(p.labels)
+	brk := breakdownSlot[fi]
+	lab, arena := len(p.labels), len(p.arena)
 	i = skipBlank(line, i)
 	if i < len(line) && line[i] == '{' {
 		var err error
-		if i, err = p.parseLabels(line, i+1, info); err != nil {
+		if i, err = p.parseLabels(line, i+1, info || brk != ""); err != nil {
 			return err
+		}
+	}
+	breakdown := false
+	if brk != "" {
+		v, _ := p.label(seriesRef{lab: lab, end: len(p.labels)}, brk)
+		breakdown = len(v) > 0
+		if !info {
+			p.labels, p.arena = p.labels[:lab], p.arena[:arena]
 		}
 	}
 	i = skipBlank(line, i)
@@ -405,6 +429,12 @@ func (p *fastParser) parseSample(fi int, line []byte, i int) error {
 	}
 	if !f.present {
 		f.present, f.order = true, p.line
+	}
+	if breakdown {
+		// A per-priority series beside its total: the line is valid, it
+		// is just not counted.
+		p.labels, p.arena = p.labels[:lab], p.arena[:arena]
+		return nil
 	}
 	ok := !f.nonScalar && !math.IsNaN(v) && !math.IsInf(v, 0)
 	if ok {
@@ -562,6 +592,9 @@ func (p *fastParser) sample(engine string) (Sample, error) {
 	}
 	for _, name := range d.families[picker.MetricRunning] {
 		if v, ok := p.sum(name); ok {
+			if d.runningIncludesWaiting {
+				v -= float64(s.Metrics.Waiting)
+			}
 			s.Metrics.Running = count(v)
 			s.Have |= InputRunning
 			break
@@ -581,10 +614,99 @@ func (p *fastParser) sample(engine string) (Sample, error) {
 			break
 		}
 	}
+	if d.loraLoaded != "" && p.loraLoaded(&p.fams[famIndex[d.loraLoaded]], &s.Metrics) {
+		s.Have |= InputLoRA
+	}
 	if d.cacheConfig != "" {
 		p.cacheConfig(&p.fams[famIndex[d.cacheConfig]], d, &s.Metrics)
 	}
+	if s.Metrics.BlockSize == 0 && d.blockSizeFamily != "" {
+		s.Metrics.BlockSize = p.meanCount(d.blockSizeFamily)
+	}
+	if s.Metrics.NumBlocks == 0 && d.numBlocksFamily != "" {
+		s.Metrics.NumBlocks = p.meanCount(d.numBlocksFamily)
+	}
 	return s, nil
+}
+
+// meanCount is a gauge family's mean over its series as a positive
+// count (one series per rank, each reporting the same configuration), or
+// 0 when absent.
+func (p *fastParser) meanCount(name string) int {
+	v, ok := p.sum(name)
+	if !ok {
+		return 0
+	}
+	return count(math.Round(v / float64(p.fams[famIndex[name]].n)))
+}
+
+// loraLoaded adds the adapters a vllm:lora_adapter_loaded-style family
+// shows resident on the GPU (level="gpu", value > 0) to out.ActiveAdapters,
+// keeping its order and sorting the additions. It reports whether the
+// family was on the page: a page with the family and no adapter loaded
+// still tells that none is. A result equal to the previous scrape's list
+// is that list: the steady state allocates nothing.
+func (p *fastParser) loraLoaded(f *famAcc, out *picker.Metrics) bool {
+	if !f.present {
+		return false
+	}
+	out.HasLoRA = true
+	add := p.names[:0]
+	defer func() {
+		clear(add) // the names point into this page's arena
+		p.names = add[:0]
+	}()
+	for _, s := range f.series {
+		if !s.ok || s.v <= 0 {
+			continue
+		}
+		if lvl, _ := p.label(s, "level"); string(lvl) != "gpu" {
+			continue
+		}
+		name, _ := p.label(s, "adapter_name")
+		if len(name) == 0 || containsName(out.ActiveAdapters, name) || slices.ContainsFunc(add, func(n []byte) bool { return bytes.Equal(n, name) }) {
+			continue
+		}
+		add = append(add, name)
+	}
+	if len(add) == 0 {
+		return true
+	}
+	slices.SortFunc(add, bytes.Compare)
+	if p.prev != nil && p.prev.HasLoRA && isConcat(p.prev.ActiveAdapters, out.ActiveAdapters, add) {
+		out.ActiveAdapters = p.prev.ActiveAdapters
+		return true
+	}
+	list := make([]string, len(out.ActiveAdapters), len(out.ActiveAdapters)+len(add))
+	copy(list, out.ActiveAdapters)
+	for _, n := range add {
+		list = append(list, string(n))
+	}
+	out.ActiveAdapters = list
+	return true
+}
+
+// containsName reports whether list holds name, without converting name.
+func containsName(list []string, name []byte) bool {
+	for _, s := range list {
+		if s == string(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// isConcat reports whether list is head followed by tail.
+func isConcat(list, head []string, tail [][]byte) bool {
+	if len(list) != len(head)+len(tail) || !slices.Equal(list[:len(head)], head) {
+		return false
+	}
+	for i, n := range tail {
+		if list[len(head)+i] != string(n) {
+			return false
+		}
+	}
+	return true
 }
 
 // detect names the engine whose metrics appear, or "". A page mixing
@@ -701,8 +823,8 @@ func (p *fastParser) lora(f *famAcc, out *picker.Metrics) bool {
 	s := f.series[best]
 	run, _ := p.label(s, "running_lora_adapters")
 	wait, _ := p.label(s, "waiting_lora_adapters")
-	out.ActiveAdapters = p.adapterList(run, func(m *picker.Metrics) []string { return m.ActiveAdapters })
-	out.WaitingAdapters = p.adapterList(wait, func(m *picker.Metrics) []string { return m.WaitingAdapters })
+	out.ActiveAdapters = p.adapterList(run, func(m *picker.Metrics) []string { return m.ActiveAdapters }, true)
+	out.WaitingAdapters = p.adapterList(wait, func(m *picker.Metrics) []string { return m.WaitingAdapters }, false)
 	if v, ok := p.label(s, "max_lora"); ok {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(v))); err == nil && n > 0 {
 			out.MaxLoras = n
@@ -713,18 +835,22 @@ func (p *fastParser) lora(f *famAcc, out *picker.Metrics) bool {
 }
 
 // adapterList is splitList(string(b)), or the previous scrape's list when
-// it is the same.
-func (p *fastParser) adapterList(b []byte, field func(*picker.Metrics) []string) []string {
+// it is the same. With prefix, a list that begins the previous one is that
+// list's beginning: the running adapters lora_requests_info names come
+// first in ActiveAdapters, the idle GPU-resident ones (loraLoaded) after.
+func (p *fastParser) adapterList(b []byte, field func(*picker.Metrics) []string, prefix bool) []string {
 	if p.prev != nil && p.prev.HasLoRA {
-		if prev := field(p.prev); sameList(b, prev) {
-			return prev
+		prev := field(p.prev)
+		if n, ok := listPrefix(b, prev); ok && (n == len(prev) || prefix && n > 0) {
+			return prev[:n:n]
 		}
 	}
 	return splitList(string(b))
 }
 
-// sameList reports whether splitList(string(b)) would equal list.
-func sameList(b []byte, list []string) bool {
+// listPrefix reports whether splitList(string(b)) begins list, and its
+// length.
+func listPrefix(b []byte, list []string) (int, bool) {
 	i := 0
 	for len(b) > 0 {
 		item := b
@@ -737,11 +863,11 @@ func sameList(b []byte, list []string) bool {
 			continue
 		}
 		if i >= len(list) || string(item) != list[i] {
-			return false
+			return 0, false
 		}
 		i++
 	}
-	return i == len(list)
+	return i, true
 }
 
 // labelText matches labelText in parse.go: pairs sorted, NUL-separated.

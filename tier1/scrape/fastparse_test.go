@@ -129,6 +129,10 @@ func FuzzParseMatchesExpfmt(f *testing.F) {
 		"vllm:num_requests_waiting{a=\"\\\"\"} 1e308\nvllm:num_requests_waiting 1e308 12\n",
 		"# TYPE vllm:num_requests_running histogram\nvllm:num_requests_running_bucket{le=\"+Inf\"} 1\n",
 		"vllm:cache_config_info{block_size=\"16\"} 1\nvllm:cache_config_info{block_size=\"32\"} 1\n",
+		"vllm:lora_adapter_loaded{adapter_name=\"c\",level=\"gpu\",pinned=\"false\"} 1\nvllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"a\",waiting_lora_adapters=\"\"} 1\n",
+		"sglang:num_queue_reqs{priority=\"\"} 3\nsglang:num_queue_reqs{priority=\"1\"} 2\nsglang:page_size 16\nsglang:num_pages 9\n",
+		"trtllm_num_requests_running 2\ntrtllm_kv_cache_utilization 0.5\ntrtllm_kv_cache_tokens_per_block 32\n",
+		"dynamo_frontend_inflight_requests{model=\"m\"} 4\ndynamo_frontend_queued_requests{model=\"m\"} 6\n",
 	} {
 		f.Add([]byte(s))
 	}

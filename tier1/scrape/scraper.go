@@ -2,6 +2,7 @@ package scrape
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,27 @@ type Model struct {
 	ID     string `json:"id"`
 	Root   string `json:"root,omitempty"`
 	Parent string `json:"parent,omitempty"` // base model of a LoRA adapter
+	// The rest of the engine's model card, which Tier 1's /v1/models
+	// passes on.
+	Created     CardInt `json:"created,omitempty"`
+	OwnedBy     string  `json:"owned_by,omitempty"`
+	MaxModelLen CardInt `json:"max_model_len,omitempty"`
+}
+
+// CardInt is a model card's integer field. A value that is not a
+// non-negative number (null, a string) reads as 0 rather than failing the
+// whole model list.
+type CardInt int64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (n *CardInt) UnmarshalJSON(b []byte) error {
+	var f float64
+	if json.Unmarshal(b, &f) == nil && f >= 0 && f < 1<<53 {
+		*n = CardInt(f)
+	} else {
+		*n = 0
+	}
+	return nil
 }
 
 // PodState is the latest scraped state of one pod. Values are immutable once
@@ -386,7 +408,7 @@ func (s *Scraper) busy(tg *target, now time.Time, lastBusy *time.Time) bool {
 func (s *Scraper) loop(tg *target) {
 	defer close(tg.done)
 	ctx := tg.ctx
-	req, reqErr := http.NewRequest(http.MethodGet, s.opts.Scheme+"://"+tg.t.Address+"/metrics", nil)
+	req, reqErr := http.NewRequest(http.MethodGet, s.opts.Scheme+"://"+tg.t.Address+MetricsPath(tg.t.Engine), nil)
 	if reqErr == nil {
 		req.Header.Set("Accept", "text/plain;version=0.0.4")
 		req.Header.Set("Accept-Encoding", "identity")
