@@ -45,8 +45,9 @@ type PeersConfig struct {
 	// are the plain chained hashes.
 	HashKeyFile string `yaml:"hash_key_file"`
 	HashKeyEnv  string `yaml:"hash_key_env"`
-	// Removed: the shared token of the old hand-made handshake. Set, they
-	// are rejected with a pointer to tls.
+	// Removed: TokenEnv, TokenFile and DisableAuth, the shared token of
+	// the old hand-made handshake. Set, they are rejected with a pointer
+	// to tls.
 	TokenEnv    string `yaml:"token_env"`
 	TokenFile   string `yaml:"token_file"`
 	DisableAuth bool   `yaml:"disable_auth"`
@@ -63,8 +64,8 @@ type PeersConfig struct {
 // to. The files are re-read as they rotate.
 type PeersTLS struct {
 	CertFile string `yaml:"cert_file"` // PEM chain, leaf first; server and client auth usages
-	KeyFile  string `yaml:"key_file"`
-	CAFile   string `yaml:"ca_file"` // the mesh CA: a CA of its own, every certificate it issues is a member
+	KeyFile  string `yaml:"key_file"`  // PEM private key of cert_file
+	CAFile   string `yaml:"ca_file"`   // the mesh CA: a CA of its own, every certificate it issues is a member
 	// ServerName is the name verified in a dialled peer's certificate;
 	// default the host dialled when it is a DNS name. Required with DNS
 	// or Consul discovery: those dial pod IPs, which certificates do not

@@ -41,9 +41,9 @@ const (
 // ScorerConfig enables one scorer with a weight. Params are the scorer's
 // own numeric parameters, written inline next to name and weight in YAML.
 type ScorerConfig struct {
-	Name    string             `yaml:"name"`
-	Weight  float64            `yaml:"weight"`
-	Enabled *bool              `yaml:"enabled,omitempty"` // nil = enabled
+	Name    string             `yaml:"name"`              // the scorer (docs/tier1-scheduling.md)
+	Weight  float64            `yaml:"weight"`            // its weight in the sum; 0 turns it off
+	Enabled *bool              `yaml:"enabled,omitempty"` // false turns the scorer off without removing it; default true
 	Params  map[string]float64 `yaml:",inline"`
 }
 
@@ -55,8 +55,8 @@ func (s ScorerConfig) On() bool {
 // SaturationConfig sets the thresholds of the saturation detector.
 // Zero fields take GIE's defaults.
 type SaturationConfig struct {
-	QueueThreshold int     `yaml:"queue_threshold"` // default 5
-	KVThreshold    float64 `yaml:"kv_threshold"`    // default 0.8
+	QueueThreshold int     `yaml:"queue_threshold"` // a pod whose effective queue reaches this is saturated; default 5
+	KVThreshold    float64 `yaml:"kv_threshold"`    // a pod whose KV-cache usage reaches this is saturated; default 0.8
 	// PrefillWait holds requests in the router while every pod has this
 	// much prefill queued (SaturationDetector.Busy, ErrBusy); 0 = off.
 	// The default profile's is DefaultPrefillWait; GIE's is off.
@@ -76,11 +76,11 @@ type ProfileConfig struct {
 	// "default" (when empty), "gie" or "empty". Go callers building a
 	// ProfileConfig literal can ignore it.
 	Base       string           `yaml:"base,omitempty"`
-	Filters    []string         `yaml:"filters"`
+	Filters    []string         `yaml:"filters"` // run in order; replace the base's
 	Scorers    []ScorerConfig   `yaml:"scorers"`
-	Picker     string           `yaml:"picker"`
+	Picker     string           `yaml:"picker"`      // max-score, random or round-robin
 	StaleAfter time.Duration    `yaml:"stale_after"` // metrics older than this are stale
-	MaxRanked  int              `yaml:"max_ranked"`  // len(Result.Ranked) cap; 0 = 5, <0 = all
+	MaxRanked  int              `yaml:"max_ranked"`  // how many ranked pods a decision keeps for retries; 0 = 5, < 0 = all
 	Saturation SaturationConfig `yaml:"saturation"`
 	// SpeedPooling (0..1) is the weight of a pod's hardware class in its
 	// learned prefill speed: pods with the same GPU and GPUs per pod (both

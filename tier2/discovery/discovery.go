@@ -36,7 +36,7 @@ type Cluster struct {
 	Address  string   `yaml:"address" json:"address"`     // base URL, e.g. http://10.0.0.5:8080
 	Models   []string `yaml:"models" json:"models"`       // served models; empty means unknown
 	Cost     float64  `yaml:"cost" json:"cost"`           // in CostUnit
-	CostUnit string   `yaml:"cost_unit" json:"cost_unit"` // cluster.CostPerGPUHour or cluster.CostPerMTok
+	CostUnit string   `yaml:"cost_unit" json:"cost_unit"` // what cost is per: gpu-hour (the default) or mtok (per million tokens)
 	Pricing  string   `yaml:"pricing" json:"pricing"`     // spot / on-demand, informational
 	Capacity int      `yaml:"capacity" json:"capacity"`   // concurrent requests the cluster is sized for; 0 = unknown
 }

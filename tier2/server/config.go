@@ -21,16 +21,16 @@ import (
 // SetDefaults and Validate; New calls both again, so a Config literal works
 // as well.
 type Config struct {
-	Listen      string   `yaml:"listen"`       // default 127.0.0.1:8080; used by the caller that opens the listener
+	Listen      string   `yaml:"listen"`       // the OpenAI API's address (--listen overrides); default 127.0.0.1:8080
 	Region      string   `yaml:"region"`       // this replica's region (required)
-	RegionOrder []string `yaml:"region_order"` // failover preference after the own region
+	RegionOrder []string `yaml:"region_order"` // failover preference after the own region; unlisted regions follow by name
 
 	// TLS serves the API (listen) over TLS; off while cert_file and
 	// key_file are empty (docs/security.md).
 	TLS tlsfiles.Server `yaml:"tls"`
 
-	Consul   *ConsulConfig       `yaml:"consul"`   // absent: the static clusters are the whole list
-	Clusters []discovery.Cluster `yaml:"clusters"` // static list, or seeds until Consul first answers
+	Consul   *ConsulConfig       `yaml:"consul"`   // discovers Tier 1 clusters from Consul; absent, the static clusters are the whole list
+	Clusters []discovery.Cluster `yaml:"clusters"` // the Tier 1 clusters: the whole list without Consul, seeds until Consul first answers
 
 	Tier1   Tier1Config   `yaml:"tier1"`
 	Routing RoutingConfig `yaml:"routing"`
@@ -56,7 +56,7 @@ type ServerConfig struct {
 	// the API (authenticated or not) and the whole request on the admin
 	// API. Default 30s.
 	BodyReadTimeout    time.Duration `yaml:"body_read_timeout"`
-	IdleTimeout        time.Duration `yaml:"idle_timeout"`         // keep-alive between requests; default 2m
+	IdleTimeout        time.Duration `yaml:"idle_timeout"`         // how long a keep-alive connection waits between requests; default 2m
 	StreamWriteTimeout time.Duration `yaml:"stream_write_timeout"` // each write of a stream to the client; default 30s
 	MaxStreamDuration  time.Duration `yaml:"max_stream_duration"`  // a whole stream after its first event; default 30m
 	MaxEventBytes      int           `yaml:"max_event_bytes"`      // one SSE event from Tier 1; default 1 MiB
@@ -66,39 +66,39 @@ type ServerConfig struct {
 // clusters and token counts, so it is not on the API port; it defaults to
 // loopback, and a deployment exposes it only to its scraper.
 type MetricsConfig struct {
-	Listen string          `yaml:"listen"` // default 127.0.0.1:9464; used by the caller that opens the listener
-	TLS    tlsfiles.Server `yaml:"tls"`    // serve /metrics over TLS
+	Listen string          `yaml:"listen"` // the /metrics listener's address; default 127.0.0.1:9464
+	TLS    tlsfiles.Server `yaml:"tls"`    // serves /metrics over TLS
 }
 
 // ConsulConfig says where to discover Tier 1 clusters.
 type ConsulConfig struct {
-	Address     string        `yaml:"address"` // host:port or http(s)://host:port; default 127.0.0.1:8500
-	Token       string        `yaml:"token"`
-	TokenEnv    string        `yaml:"token_env"` // read the ACL token from this variable
-	Datacenter  string        `yaml:"datacenter"`
-	Service     string        `yaml:"service"` // default infergate-tier1
-	Tag         string        `yaml:"tag"`
-	WaitTime    time.Duration `yaml:"wait_time"` // blocking query wait; default 30s
-	Consistent  bool          `yaml:"consistent"`
+	Address     string        `yaml:"address"`    // host:port or http(s)://host:port; default 127.0.0.1:8500
+	Token       string        `yaml:"token"`      // ACL token (service:read on the service, node:read); prefer token_env
+	TokenEnv    string        `yaml:"token_env"`  // read the ACL token from this variable (wins over token)
+	Datacenter  string        `yaml:"datacenter"` // the Consul datacenter to watch; default the agent's
+	Service     string        `yaml:"service"`    // the Consul service Tier 1 registers as; default infergate-tier1
+	Tag         string        `yaml:"tag"`        // only instances carrying this tag
+	WaitTime    time.Duration `yaml:"wait_time"`  // how long a blocking query waits for a change; default 30s
+	Consistent  bool          `yaml:"consistent"` // disable stale reads (which spread load over every server)
 	TLS         TLSFiles      `yaml:"tls"`
 	MinInterval time.Duration `yaml:"min_interval"` // least time between queries; default 100ms
 }
 
 // TLSFiles configures TLS to the Consul agent.
 type TLSFiles struct {
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	CAFile             string `yaml:"ca_file"`              // PEM bundle the agent's certificate is verified against
+	CertFile           string `yaml:"cert_file"`            // client certificate, with key_file
+	KeyFile            string `yaml:"key_file"`             // PEM private key of cert_file
+	ServerName         string `yaml:"server_name"`          // name verified in the agent's certificate
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"` // do not verify the agent (testing only)
 }
 
 // Tier1Config is how Tier 2 talks to the Tier 1 routers.
 type Tier1Config struct {
-	Token        string        `yaml:"token"`
-	TokenEnv     string        `yaml:"token_env"`
-	PollInterval time.Duration `yaml:"poll_interval"` // load summaries; default 1s
-	PollTimeout  time.Duration `yaml:"poll_timeout"`
+	Token        string        `yaml:"token"`         // bearer token sent to every Tier 1; prefer token_env
+	TokenEnv     string        `yaml:"token_env"`     // read the token from this variable (wins over token)
+	PollInterval time.Duration `yaml:"poll_interval"` // how often each cluster's load summary is polled; default 1s
+	PollTimeout  time.Duration `yaml:"poll_timeout"`  // one load poll; default poll_interval, at most 2s
 	// TLS is how https clusters are dialled, for requests and load polls:
 	// the CA bundle their certificates are verified against (default the
 	// system roots) and the client certificate Tier 1 may require.
@@ -107,17 +107,17 @@ type Tier1Config struct {
 
 // RoutingConfig tunes cluster choice, failover and timeouts.
 type RoutingConfig struct {
-	DefaultPolicy      string        `yaml:"default_policy"`              // cost-first (default), latency-first, region-pinned
-	SpillThreshold     float64       `yaml:"spill_threshold"`             // default 0.8
-	LatencyObjective   time.Duration `yaml:"latency_objective"`           // first-token objective; 0 = none
-	ErrorRateThreshold float64       `yaml:"error_rate_threshold"`        // default 0.2
-	TokensPerGPUSecond float64       `yaml:"tokens_per_gpu_second"`       // converts gpu-hour costs to per-Mtok
-	QueuePerPod        float64       `yaml:"queue_per_pod"`               // default 4
-	MaxAttempts        int           `yaml:"max_attempts" config:"min=1"` // default 3
-	FailoverBudget     time.Duration `yaml:"failover_budget"`             // default 30s
-	FirstByteTimeout   time.Duration `yaml:"first_byte_timeout"`          // default 30s
-	ResponseTimeout    time.Duration `yaml:"response_timeout"`            // default 5m
-	MaxBodyBytes       int64         `yaml:"max_body_bytes"`              // default 8 MiB
+	DefaultPolicy      string        `yaml:"default_policy"`              // the policy of tenants without one: cost-first (default), latency-first or region-pinned
+	SpillThreshold     float64       `yaml:"spill_threshold"`             // utilisation where a cluster stops counting as having headroom; default 0.8
+	LatencyObjective   time.Duration `yaml:"latency_objective"`           // the first-token objective latency-first routing aims at; 0 = none
+	ErrorRateThreshold float64       `yaml:"error_rate_threshold"`        // recent error rate (EWMA, 30 s half-life) that demotes a cluster; default 0.2
+	TokensPerGPUSecond float64       `yaml:"tokens_per_gpu_second"`       // converts gpu-hour costs to per-million-token ones; 0 = not converted
+	QueuePerPod        float64       `yaml:"queue_per_pod"`               // queued requests per ready pod that count as full (no capacity); default 4
+	MaxAttempts        int           `yaml:"max_attempts" config:"min=1"` // clusters tried per request; default 3
+	FailoverBudget     time.Duration `yaml:"failover_budget"`             // no new attempt after this since the first; default 30s
+	FirstByteTimeout   time.Duration `yaml:"first_byte_timeout"`          // how long a stream waits for headers and its first event; default 30s
+	ResponseTimeout    time.Duration `yaml:"response_timeout"`            // how long a non-streaming request waits for the whole answer; default 5m
+	MaxBodyBytes       int64         `yaml:"max_body_bytes"`              // request body limit (413 above); default 8 MiB
 	Breaker            BreakerConfig `yaml:"breaker"`
 	// Adapters maps LoRA adapter names to their base model, for Tier 1
 	// clusters whose load summaries do not name it; a base model's
@@ -127,38 +127,38 @@ type RoutingConfig struct {
 
 // BreakerConfig tunes the per-(cluster, model) circuit breakers.
 type BreakerConfig struct {
-	ConsecutiveFailures uint32        `yaml:"consecutive_failures"` // default 5
-	FailureRatio        float64       `yaml:"failure_ratio"`        // default 0.5
-	MinRequests         uint32        `yaml:"min_requests"`         // default 20
-	Interval            time.Duration `yaml:"interval"`             // default 30s
-	OpenTimeout         time.Duration `yaml:"open_timeout"`         // default 10s
-	HalfOpenRequests    uint32        `yaml:"half_open_requests"`   // default 1
+	ConsecutiveFailures uint32        `yaml:"consecutive_failures"` // failures in a row that open the breaker; default 5
+	FailureRatio        float64       `yaml:"failure_ratio"`        // share of failed requests in an interval that opens it; default 0.5
+	MinRequests         uint32        `yaml:"min_requests"`         // requests an interval needs before failure_ratio counts; default 20
+	Interval            time.Duration `yaml:"interval"`             // the window failure_ratio is measured over; default 30s
+	OpenTimeout         time.Duration `yaml:"open_timeout"`         // how long it stays open before probing (half-open); default 10s
+	HalfOpenRequests    uint32        `yaml:"half_open_requests"`   // probes let through at a time while half-open; default 1
 }
 
 // RedisConfig is the Redis shared by every replica (tenants and limits).
 type RedisConfig struct {
-	Addresses   []string `yaml:"addresses"` // one for a single node, several for a cluster
-	Username    string   `yaml:"username"`
-	Password    string   `yaml:"password"`
-	PasswordEnv string   `yaml:"password_env"`
-	DB          int      `yaml:"db"`
-	TLS         bool     `yaml:"tls"`
-	KeyPrefix   string   `yaml:"key_prefix"`
+	Addresses   []string `yaml:"addresses"`    // one for a single node, several for a cluster; required
+	Username    string   `yaml:"username"`     // ACL user; empty: the default user
+	Password    string   `yaml:"password"`     // the password written inline; prefer password_env
+	PasswordEnv string   `yaml:"password_env"` // read the password from this variable
+	DB          int      `yaml:"db"`           // database number (single node only)
+	TLS         bool     `yaml:"tls"`          // connect over TLS (ElastiCache in-transit encryption)
+	KeyPrefix   string   `yaml:"key_prefix"`   // prefix of every key; default infergate:
 }
 
 // JWTConfig is in jwt.go.
 
 // LimitsConfig says how the limiter behaves while Redis is unreachable.
 type LimitsConfig struct {
-	Replicas   int  `yaml:"replicas"`    // Tier 2 replicas sharing Redis; local share while Redis is down
+	Replicas   int  `yaml:"replicas"`    // Tier 2 replicas sharing Redis, for each one's local share while Redis is down; default 1
 	FailClosed bool `yaml:"fail_closed"` // reject while Redis is down (default: fail open to local shares)
 }
 
 // AdminConfig is the admin API's listener and credential.
 type AdminConfig struct {
-	Listen   string `yaml:"listen"` // empty: no admin API
-	Token    string `yaml:"token"`
-	TokenEnv string `yaml:"token_env"`
+	Listen   string `yaml:"listen"`    // the admin API's address; empty: no admin API
+	Token    string `yaml:"token"`     // the admin API's bearer token; prefer token_env
+	TokenEnv string `yaml:"token_env"` // read the token from this variable (wins over token)
 	// TLS serves the admin API over TLS.
 	TLS tlsfiles.Server `yaml:"tls"`
 }

@@ -16,24 +16,24 @@ import (
 // public keys, a JWKS file, and one remote JWKS: jwks_url, or the jwks_uri
 // of the issuer's OpenID Connect discovery document (oidc_discovery).
 type JWTConfig struct {
-	HMACSecretEnv string   `yaml:"hmac_secret_env"`
-	PublicKeys    []string `yaml:"public_keys"` // PEM files
-	JWKSFile      string   `yaml:"jwks_file"`
+	HMACSecretEnv string   `yaml:"hmac_secret_env"`           // environment variable holding an HMAC secret (HS256/384/512)
+	PublicKeys    []string `yaml:"public_keys" config:"file"` // PEM files: RSA, ECDSA or Ed25519 public keys or certificates
+	JWKSFile      string   `yaml:"jwks_file"`                 // a JWKS on disk; a token's kid picks the key; read at start
 	// JWKSURL is an https:// JSON Web Key Set, refreshed in the background.
 	JWKSURL string `yaml:"jwks_url"`
 	// OIDCDiscovery fetches <issuer>/.well-known/openid-configuration and
 	// uses its jwks_uri; the document must name exactly Issuer.
 	OIDCDiscovery      bool          `yaml:"oidc_discovery"`
-	RefreshInterval    time.Duration `yaml:"refresh_interval"`     // default 15m
-	MinRefreshInterval time.Duration `yaml:"min_refresh_interval"` // unknown-kid refreshes; default 1m
+	RefreshInterval    time.Duration `yaml:"refresh_interval"`     // how often a remote JWKS is fetched again; default 15m
+	MinRefreshInterval time.Duration `yaml:"min_refresh_interval"` // least time between the refreshes an unknown kid triggers; default 1m
 	FetchTimeout       time.Duration `yaml:"fetch_timeout"`        // one JWKS or discovery fetch; default 10s
 	// TLS for the JWKS and discovery fetches: ca_file for a private CA.
 	TLS         tlsfiles.Client `yaml:"tls"`
-	Issuer      string          `yaml:"issuer"`
-	Audience    StringList      `yaml:"audience"` // one or a list; any one must be in aud
-	TenantClaim string          `yaml:"tenant_claim"`
-	RequireExp  bool            `yaml:"require_exp"`
-	Leeway      time.Duration   `yaml:"leeway"` // clock skew allowed on exp and nbf; default 0
+	Issuer      string          `yaml:"issuer"`       // the iss every token must carry; required (https) with oidc_discovery
+	Audience    StringList      `yaml:"audience"`     // one or a list; any one must be in aud
+	TenantClaim string          `yaml:"tenant_claim"` // the claim holding the tenant ID; default sub
+	RequireExp  bool            `yaml:"require_exp"`  // refuse tokens without exp (exp and nbf are checked when present)
+	Leeway      time.Duration   `yaml:"leeway"`       // clock skew allowed on exp and nbf; default 0
 }
 
 // StringList is a YAML string or list of strings.

@@ -44,10 +44,10 @@ type Options struct {
 // SeedKey is an API key given in configuration. Either Key (the raw key,
 // hashed before it is stored) or SHA256 (hex of the key's SHA-256) is set.
 type SeedKey struct {
-	TenantID string `yaml:"tenant"`
-	Name     string `yaml:"name"`
-	Key      string `yaml:"key"`
-	SHA256   string `yaml:"sha256"`
+	TenantID string `yaml:"tenant"` // the tenant's id; required
+	Name     string `yaml:"name"`   // a label for the key
+	Key      string `yaml:"key"`    // the raw key, hashed before it is stored
+	SHA256   string `yaml:"sha256"` // or the hex SHA-256 of the key
 }
 
 func (o *Options) setDefaults() {

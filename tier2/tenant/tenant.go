@@ -32,11 +32,11 @@ const (
 
 // Limits caps a tenant's (or one model's) use. Zero means unlimited.
 type Limits struct {
-	RPM          int    `json:"rpm,omitempty" yaml:"rpm"`
-	TPM          int    `json:"tpm,omitempty" yaml:"tpm"`
-	Concurrent   int    `json:"concurrent,omitempty" yaml:"concurrent"`
-	TokenBudget  int64  `json:"token_budget,omitempty" yaml:"token_budget"`
-	BudgetPeriod string `json:"budget_period,omitempty" yaml:"budget_period"`
+	RPM          int    `json:"rpm,omitempty" yaml:"rpm"`                     // requests per minute
+	TPM          int    `json:"tpm,omitempty" yaml:"tpm"`                     // tokens (prompt + completion) per minute
+	Concurrent   int    `json:"concurrent,omitempty" yaml:"concurrent"`       // requests in flight at once
+	TokenBudget  int64  `json:"token_budget,omitempty" yaml:"token_budget"`   // tokens per budget period
+	BudgetPeriod string `json:"budget_period,omitempty" yaml:"budget_period"` // day, or month (the default with a budget)
 }
 
 // IsZero reports whether no limit is set.
@@ -46,13 +46,13 @@ func (l Limits) IsZero() bool {
 
 // Tenant is one customer of the gateway.
 type Tenant struct {
-	ID          string            `json:"id" yaml:"id"`
-	Name        string            `json:"name,omitempty" yaml:"name"`
-	Policy      Policy            `json:"policy,omitempty" yaml:"policy"`
-	Region      string            `json:"region,omitempty" yaml:"region"`
+	ID          string            `json:"id" yaml:"id"`                   // required, unique: letters, digits, . _ -
+	Name        string            `json:"name,omitempty" yaml:"name"`     // display name
+	Policy      Policy            `json:"policy,omitempty" yaml:"policy"` // cost-first (default), latency-first or region-pinned
+	Region      string            `json:"region,omitempty" yaml:"region"` // home region; the only one with region-pinned
 	Limits      Limits            `json:"limits" yaml:"limits"`
-	ModelLimits map[string]Limits `json:"model_limits,omitempty" yaml:"model_limits"`
-	Disabled    bool              `json:"disabled,omitempty" yaml:"disabled"`
+	ModelLimits map[string]Limits `json:"model_limits,omitempty" yaml:"model_limits"` // by model name; a base model's cover its adapters
+	Disabled    bool              `json:"disabled,omitempty" yaml:"disabled"`         // refuse its keys (403)
 }
 
 // ClusterOverride is an operator's manual adjustment of one cluster: drain
