@@ -75,10 +75,12 @@ proto:
 	GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative tier1/peers/meshpb/mesh.proto
 
-## run: the all-in-one local stack on embedded defaults; TRACE=1 prints every
+## run: the all-in-one local stack on embedded defaults; PORT_BASE=18000 moves
+## every port (default 8080: Tier 2 on 8080, admin 8081, metrics 8082, Tier 1s
+## from 8090; 0 picks free ones; docs/local-stack.md); TRACE=1 prints every
 ## request's spans to the console (docs/tracing.md).
 run: lab
-	$(LAB_BIN) dev$(if $(TRACE), --trace-console)
+	$(LAB_BIN) dev$(if $(PORT_BASE), --port-base $(PORT_BASE))$(if $(TRACE), --trace-console)
 
 ## bench: regenerate BENCHMARKS.md from scratch.
 bench: lab

@@ -37,9 +37,16 @@ type Options struct {
 	// Listen is Tier 2's OpenAI API address; port 0 picks a free one.
 	// Default DefaultListen.
 	Listen string
-	// AdminListen is the admin API's address; port 0 picks a free one.
-	// Default DefaultAdminListen.
+	// AdminListen is the admin API's address (and Tier 2's status page);
+	// port 0 picks a free one. Default DefaultAdminListen.
 	AdminListen string
+	// MetricsListen is Tier 2's /metrics address; empty: 127.0.0.1:0 (a
+	// free port), so that a stack always has one to scrape.
+	MetricsListen string
+	// Tier1Listen gives cluster i (of Clusters) its Tier 1 API and
+	// metrics addresses (the metrics listener also serves Tier 1's status
+	// page); nil, or empty strings, take free loopback ports.
+	Tier1Listen func(i int) (api, metrics string)
 	// TimeScale is real seconds per simulated second; default 1.
 	TimeScale float64
 	// APIKey is the dev tenant's key; generated when empty.
@@ -59,8 +66,11 @@ type Options struct {
 // ClusterInfo is a running Tier 1 cluster.
 type ClusterInfo struct {
 	Cluster
-	URL  string   // the Tier 1 router, http://host:port
-	Pods []string // "name url" of each simulated pod
+	URL string // the Tier 1 router, http://host:port
+	// MetricsURL is Tier 1's metrics listener, http://host:port: /metrics,
+	// and the status page at /status (Tier1Token in its fragment).
+	MetricsURL string
+	Pods       []string // "name url" of each simulated pod
 }
 
 // Stack is a running local stack. Close stops it.
@@ -71,9 +81,12 @@ type Stack struct {
 	Addr string
 	// APIKey authenticates as tenant TenantID.
 	APIKey string
-	// AdminURL is the admin API's base URL, http://host:port.
+	// AdminURL is the admin API's base URL, http://host:port; it also
+	// serves Tier 2's status page at /status.
 	AdminURL   string
 	AdminToken string
+	// MetricsURL is Tier 2's /metrics, http://host:port/metrics.
+	MetricsURL string
 	// Tier1Token is what Tier 2 presents to every Tier 1.
 	Tier1Token string
 	Clusters   []ClusterInfo
@@ -142,18 +155,31 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 		return st, fmt.Errorf("devstack: admin listen: %w", err)
 	}
 	st.cleanups = append(st.cleanups, ignoreClosed(adminLn.Close))
+	if opts.MetricsListen == "" {
+		opts.MetricsListen = "127.0.0.1:0"
+	}
+	metricsLn, err := net.Listen("tcp", opts.MetricsListen)
+	if err != nil {
+		return st, fmt.Errorf("devstack: tier2 metrics listen: %w", err)
+	}
+	st.cleanups = append(st.cleanups, ignoreClosed(metricsLn.Close))
 	st.Addr = ln.Addr().String()
 	st.BaseURL = "http://" + st.Addr + "/v1"
 	st.AdminURL = "http://" + adminLn.Addr().String()
+	st.MetricsURL = "http://" + metricsLn.Addr().String() + "/metrics"
 
-	for _, c := range opts.Clusters {
-		info, err := st.startCluster(ctx, c, opts, log.With("cluster", c.Name))
+	for i, c := range opts.Clusters {
+		apiAddr, metricsAddr := "", ""
+		if opts.Tier1Listen != nil {
+			apiAddr, metricsAddr = opts.Tier1Listen(i)
+		}
+		info, err := st.startCluster(ctx, c, listens{api: apiAddr, metrics: metricsAddr}, opts, log.With("cluster", c.Name))
 		if err != nil {
 			return st, fmt.Errorf("devstack: cluster %s: %w", c.Name, err)
 		}
 		st.Clusters = append(st.Clusters, info)
 	}
-	if err := st.startTier2(ctx, ln, adminLn, opts, log.With("component", "tier2")); err != nil {
+	if err := st.startTier2(ctx, server2Listeners(ln, adminLn, metricsLn), opts, log.With("component", "tier2")); err != nil {
 		return st, fmt.Errorf("devstack: tier2: %w", err)
 	}
 	if err := waitReady(ctx, "http://"+st.Addr+"/ready", opts.ReadyTimeout); err != nil {
@@ -163,8 +189,17 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	return st, nil
 }
 
+// listens are a Tier 1's addresses; empty takes a free loopback port.
+type listens struct{ api, metrics string }
+
 // startCluster starts a cluster's simulated pods and its Tier 1 router.
-func (st *Stack) startCluster(ctx context.Context, c Cluster, opts Options, log *slog.Logger) (ClusterInfo, error) {
+func (st *Stack) startCluster(ctx context.Context, c Cluster, addrs listens, opts Options, log *slog.Logger) (ClusterInfo, error) {
+	if addrs.api == "" {
+		addrs.api = "127.0.0.1:0"
+	}
+	if addrs.metrics == "" {
+		addrs.metrics = "127.0.0.1:0"
+	}
 	info := ClusterInfo{Cluster: c}
 	f, err := fleet.Start(ctx, fleet.Config{TimeScale: opts.TimeScale, Host: "127.0.0.1", Pods: c.Pods, Logger: log.With("component", "sim")})
 	if err != nil {
@@ -173,7 +208,7 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, opts Options, log 
 	st.cleanups = append(st.cleanups, f.Close)
 
 	cfg := gateway.Config{
-		Listen: "127.0.0.1:0", Cluster: c.Name, Region: c.Region,
+		Listen: addrs.api, MetricsListen: addrs.metrics, Cluster: c.Name, Region: c.Region,
 		Auth: gateway.AuthConfig{Tokens: []string{st.Tier1Token}},
 		// A local stack needs no 50ms scrapes; this keeps a dozen pods
 		// cheap on a laptop.
@@ -194,17 +229,28 @@ func (st *Stack) startCluster(ctx context.Context, c Cluster, opts Options, log 
 	if err := cfg.Validate(); err != nil {
 		return info, fmt.Errorf("tier1 config: %w", err)
 	}
-	srv, err := tier1server.New(ctx, &cfg, tier1server.Options{Logger: log.With("component", "tier1"), ShutdownTimeout: 5 * time.Second,
-		TracerProvider: opts.TracerProvider})
-	if err != nil {
-		return info, err
-	}
-	st.cleanups = append(st.cleanups, func() error { srv.Close(); return nil })
+	// Both listeners are opened here rather than by the server, which
+	// falls back (with a warning) when the default metrics address is
+	// taken: every Tier 1 of the stack has its own, and a busy port fails
+	// the start.
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return info, fmt.Errorf("tier1 listen: %w", err)
 	}
+	st.cleanups = append(st.cleanups, ignoreClosed(ln.Close))
+	mln, err := net.Listen("tcp", cfg.MetricsListen)
+	if err != nil {
+		return info, fmt.Errorf("tier1 metrics listen: %w", err)
+	}
+	st.cleanups = append(st.cleanups, ignoreClosed(mln.Close))
+	srv, err := tier1server.New(ctx, &cfg, tier1server.Options{Logger: log.With("component", "tier1"), ShutdownTimeout: 5 * time.Second,
+		TracerProvider: opts.TracerProvider, MetricsListener: mln})
+	if err != nil {
+		return info, err
+	}
+	st.cleanups = append(st.cleanups, func() error { srv.Close(); return nil })
 	info.URL = "http://" + ln.Addr().String()
+	info.MetricsURL = "http://" + mln.Addr().String()
 	st.run(c.Name+" tier1", func() error { return srv.Serve(ctx, ln, nil) })
 	// Tier 2 is ready once it sees a cluster, which can be before that
 	// cluster's Tier 1 has scraped a pod; a first request in that gap would

@@ -13,7 +13,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	if err := config.Load("../../examples/tier2.yaml", &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Region != "us-east" || len(cfg.Clusters) != 2 || cfg.Clusters[0].CostUnit != "gpu-hour" || cfg.Routing.Breaker.OpenTimeout != 10*time.Second {
+	if cfg.Region != "us-east" || len(cfg.Clusters) != 1 || cfg.Clusters[0].CostUnit != "gpu-hour" || cfg.Routing.Breaker.OpenTimeout != 10*time.Second {
 		t.Fatalf("decoded %+v", cfg)
 	}
 	if cfg.Admin.Listen != "127.0.0.1:8081" || cfg.Admin.TokenEnv != "INFERGATE_ADMIN_TOKEN" || len(cfg.Keys) != 1 || cfg.Keys[0].TenantID != "acme" {
