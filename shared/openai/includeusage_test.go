@@ -300,3 +300,44 @@ func BenchmarkSpliceSend(b *testing.B) {
 		}
 	}
 }
+
+// TestSpliceEdit checks Edit against Apply for every kind of edit
+// IncludeUsage makes, in place (spare capacity) and not.
+func TestSpliceEdit(t *testing.T) {
+	bodies := []string{
+		`{"model":"m","stream":true}`,
+		`{"model":"m","stream":true,"stream_options":null}`,
+		`{"model":"m","stream":true,"stream_options":{}}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":false}, "n":1}`,
+		`{"model":"m","stream":true,"stream_options":{"x":1}} `,
+		`{"stream":true}`,
+	}
+	for _, b := range bodies {
+		body := []byte(b)
+		r, err := ParseRequest(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, changed, err := r.IncludeUsage(body)
+		if err != nil || !changed {
+			t.Fatalf("%s: changed %v, %v", b, changed, err)
+		}
+		want := sp.Apply([]byte(b))
+		if sp.Len([]byte(b))-len(b) > MaxSpliceGrowth {
+			t.Errorf("%s: grows by %d, over MaxSpliceGrowth %d", b, sp.Len([]byte(b))-len(b), MaxSpliceGrowth)
+		}
+		roomy := make([]byte, len(b), len(b)+MaxSpliceGrowth)
+		copy(roomy, b)
+		got := sp.Edit(roomy)
+		if !bytes.Equal(got, want) || &got[0] != &roomy[0] {
+			t.Errorf("%s: in place %q (same array %v), want %q", b, got, &got[0] == &roomy[0], want)
+		}
+		// Without spare capacity a body that grows is copied, untouched.
+		tight := []byte(b)[:len(b):len(b)]
+		got = sp.Edit(tight)
+		grows := len(want) > len(b)
+		if !bytes.Equal(got, want) || (grows && string(tight) != b) {
+			t.Errorf("%s: no room %q, body now %q; want %q (body untouched: %v)", b, got, tight, want, grows)
+		}
+	}
+}

@@ -324,6 +324,29 @@ func (s Splice) Apply(body []byte) []byte {
 	return append(append(append(out, body[:s.Off]...), s.Insert...), body[s.Off+s.N:]...)
 }
 
+// MaxSpliceGrowth is the most an edit from IncludeUsage lengthens a body:
+// a buffer with this much spare capacity can be edited in place (Edit).
+const MaxSpliceGrowth = len(`,"stream_options":{"include_usage":true}`)
+
+// Edit returns body after the edit, made in place when body has the
+// capacity for it (MaxSpliceGrowth spare bytes always suffice), else in a
+// new slice as Apply. In place, the bytes after the edit move, so the
+// Request parsed from body no longer points at its values; the point is a
+// body net/http sends from memory: a *bytes.Reader over it goes out with
+// its headers in one write, where any other reader (Reader) makes the
+// transport flush the headers first and copy the body through a buffer
+// it allocates (tier2/gateway's BenchmarkTransportSend32K).
+func (s Splice) Edit(body []byte) []byte {
+	n := s.Len(body)
+	if n > cap(body) {
+		return s.Apply(body)
+	}
+	out := body[:n]
+	copy(out[s.Off+len(s.Insert):], body[s.Off+s.N:]) // copy moves overlapping bytes correctly
+	copy(out[s.Off:], s.Insert)
+	return out
+}
+
 // Reader reads body after the edit without copying it.
 func (s Splice) Reader(body []byte) io.Reader {
 	return &spliceReader{parts: [3][]byte{body[:s.Off], s.Insert, body[s.Off+s.N:]}}

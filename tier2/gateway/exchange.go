@@ -30,13 +30,11 @@ type exchange struct {
 	w      *statusWriter
 	r      *http.Request
 	t      *tenant.Tenant
-	body   []byte
+	body   []byte // as sent to Tier 1: include_usage set when injected
 	model  string
 	stream bool
 	api    openai.API
-	// include is the edit that asks Tier 1 for usage on the client's
-	// behalf (injected: the body goes with it).
-	include   openai.Splice
+	// injected: body asks Tier 1 for usage on the client's behalf.
 	injected  bool
 	requestID string
 	log       *slog.Logger // carries request_id
@@ -275,16 +273,13 @@ func retryOrDone(err error) (attemptResult, error) {
 // client credentials and any client-supplied internal (X-Infergate-*)
 // headers never go through.
 func (x *exchange) send(ctx context.Context, cand route.Candidate) (*http.Response, error) {
-	var body io.Reader = bytes.NewReader(x.body)
-	n := len(x.body)
-	if x.injected {
-		body, n = x.include.Reader(x.body), x.include.Len(x.body)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cand.Cluster.Address+x.r.URL.Path, body)
+	// A *bytes.Reader: net/http writes the headers and a body it knows
+	// to be in memory together, without a flush between them.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cand.Cluster.Address+x.r.URL.Path, bytes.NewReader(x.body))
 	if err != nil {
 		return nil, err
 	}
-	req.ContentLength = int64(n)
+	req.ContentLength = int64(len(x.body))
 	req.Header.Set("Content-Type", "application/json")
 	if acc := x.r.Header.Get("Accept"); acc != "" {
 		req.Header.Set("Accept", acc)
@@ -301,8 +296,5 @@ func (x *exchange) send(ctx context.Context, cand route.Candidate) (*http.Respon
 
 // sentLen is the length of the body Tier 1 got.
 func (x *exchange) sentLen() int {
-	if x.injected {
-		return x.include.Len(x.body)
-	}
 	return len(x.body)
 }

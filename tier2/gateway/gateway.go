@@ -408,7 +408,11 @@ func (g *Gateway) inference(rw http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			log.Error("include_usage not set", "err", err)
 		}
-		x.include, x.injected = sp, changed
+		if changed {
+			// In place (readBody left room): req's raw fields no longer
+			// point at their values, and nothing below reads them.
+			x.body, x.injected = sp.Edit(body), true
+		}
 	}
 	u := x.run(plan, start)
 	traceUsage(r, u)

@@ -27,8 +27,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	case n >= 0:
 		// One allocation of the right size and one copy, where ReadAll
 		// grows its buffer from 512 bytes (2.5 times the body in
-		// allocations, copied over and over, for 32 KB).
-		body = make([]byte, n)
+		// allocations, copied over and over, for 32 KB). The spare
+		// capacity lets include_usage be set in place (openai.Splice.Edit).
+		body = make([]byte, n, n+int64(openai.MaxSpliceGrowth))
 		_, err = io.ReadFull(r.Body, body)
 	default:
 		body, err = io.ReadAll(io.LimitReader(r.Body, g.opts.MaxBodyBytes+1))
