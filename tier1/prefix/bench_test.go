@@ -256,3 +256,43 @@ func benchIndexParallel(b *testing.B, nreq int) {
 	})
 	cpu.report(b)
 }
+
+// BenchmarkIndexRecordPool16 is BenchmarkIndexRecordUnique on the load
+// benchmark's pool (infergate-lab loadbench cpu: 16 pods): each pod fills
+// its own per-pod bound, so every new block evicts that pod's oldest one
+// and the index never reaches MaxBlocks.
+func BenchmarkIndexRecordPool16(b *testing.B) {
+	const pods = 16
+	x := NewIndex(IndexOptions{})
+	r := rand.New(rand.NewPCG(7, 8))
+	sys := make([][]uint64, 8)
+	for i := range sys {
+		sys[i] = Hash("m", bytes.Repeat([]byte{byte('a' + i)}, 128*64), 64, 128, nil)
+	}
+	names := make([]string, pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("pod-%d", i)
+	}
+	req := make([]uint64, 512)
+	next := func(i int) []uint64 {
+		copy(req, sys[i%len(sys)])
+		for j := 128; j < len(req); j++ {
+			req[j] = r.Uint64()
+		}
+		return req
+	}
+	i := 0
+	for ; i < 2*pods*x.Options().MaxBlocksPerPod/384; i++ { // fill every pod: each new block evicts
+		x.Record(names[i%pods], next(i))
+	}
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		b.StopTimer()
+		h := next(i)
+		b.StartTimer()
+		x.Record(names[i%pods], h)
+		i++
+	}
+	cpu.report(b)
+}
