@@ -35,7 +35,7 @@ type Config struct {
 	Tier1   Tier1Config   `yaml:"tier1"`
 	Routing RoutingConfig `yaml:"routing"`
 
-	Redis   *RedisConfig     `yaml:"redis"` // absent: in-memory tenants and limits (one replica only)
+	Redis   *RedisConfig     `yaml:"redis"` // the Redis every replica shares (tenants and limits); absent, they are in memory (one replica only)
 	Tenants []tenant.Tenant  `yaml:"tenants"`
 	Keys    []tenant.SeedKey `yaml:"keys"`
 	JWT     *JWTConfig       `yaml:"jwt"`

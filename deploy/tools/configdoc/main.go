@@ -229,7 +229,11 @@ func (c *comments) typeDoc(t reflect.Type) (string, error) {
 func describe(doc string, keyOf map[string]string, self string) string {
 	s := strings.Join(strings.Fields(doc), " ")
 	var b strings.Builder
-	last, selfSeen := 0, false
+	if rest, ok := strings.CutPrefix(s, self+" "); ok && keyOf[self] != "" {
+		// An all-capitals name (JWKSURL) that goWord does not match.
+		s = "`" + keyOf[self] + "` " + rest
+	}
+	last, selfSeen := 0, strings.HasPrefix(s, "`")
 	for _, m := range goWord.FindAllStringIndex(s, -1) {
 		w := s[m[0]:m[1]]
 		k, ok := keyOf[w]
@@ -295,9 +299,9 @@ var plainWord = regexp.MustCompile(`^[a-z]+$`)
 // (default) or bind", "nil = enabled".
 var valueList = regexp.MustCompile(`^(\(|=|or )`)
 
-// valueDefault finds a default written after its value: `"1.3" (default)`,
-// `http (the default)`.
-var valueDefault = regexp.MustCompile(`("[^"]*"|\b[a-z0-9][a-z0-9._-]*) \((?:the )?default\)`)
+// valueDefault finds a default written after its value, `"1.3" (default)`,
+// `http (the default)`, or as what an absent key means, `absent means 1`.
+var valueDefault = regexp.MustCompile(`("[^"]*"|\b[a-z0-9][a-z0-9._-]*) \((?:the )?default\)|\babsent means ([0-9]+(?:\.[0-9]+)?|[a-z][a-z0-9-]*)`)
 
 // required is a description saying the key itself is required ("Required,
 // unique", "host:port; required", "(required)"), not a condition ("port
@@ -316,7 +320,7 @@ var defaultMention = regexp.MustCompile(`\b(the )?default\b|\bDefault:? [a-z]`)
 // rather than contradicted by a zero value.
 func fallbackDefault(k config.KeyInfo, desc string) string {
 	if m := valueDefault.FindStringSubmatch(desc); m != nil {
-		return m[1]
+		return m[1] + m[2]
 	}
 	if k.Type == "mapping" {
 		return "*see its keys*"
@@ -338,10 +342,10 @@ func fallbackDefault(k config.KeyInfo, desc string) string {
 	switch {
 	case strings.HasSuffix(k.Path, "<name>"):
 		return "*none*"
+	case k.Field.Type != nil && k.Field.Type.Kind() == reflect.Pointer:
+		// Absent and zero differ; the description says what absent is.
+		return "*see description*"
 	case k.Type == "boolean":
-		if k.Field.Type.Kind() == reflect.Pointer {
-			return "*see description*"
-		}
 		return "false"
 	case strings.HasPrefix(k.Type, "integer"), strings.HasPrefix(k.Type, "number"), strings.HasPrefix(k.Type, "duration"):
 		return "0"
@@ -387,22 +391,24 @@ func reference(t tier, docs *comments) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			if doc == "" && !k.Leaf {
-				if doc, err = docs.typeDoc(k.Field.Type); err != nil {
-					return nil, err
-				}
-			}
-			shared = sh
 			keyOf, ok := keyOfCache[k.Owner]
 			if !ok {
 				keyOf = fieldKeys(k.Owner)
 				keyOfCache[k.Owner] = keyOf
 			}
+			if doc == "" && !k.Leaf {
+				// The type's doc names the type's fields, not the
+				// owner's: its words stay as written.
+				if doc, err = docs.typeDoc(k.Field.Type); err != nil {
+					return nil, err
+				}
+				keyOf = nil
+			}
+			shared = sh
 			desc = describe(doc, keyOf, k.Field.Name)
 		} else {
 			desc = "a parameter of its own, by name (see the owner's description)"
 		}
-		desc = sentence(desc, lastKey(k.Path))
 		def := k.Default
 		if def == "" && k.Leaf && !shared {
 			def = defaultOf(desc)
@@ -410,6 +416,7 @@ func reference(t tier, docs *comments) ([]byte, error) {
 		if def == "" {
 			def = fallbackDefault(k, desc)
 		}
+		desc = sentence(desc, lastKey(k.Path))
 		typ := k.Type
 		if k.Min != "" {
 			typ += ", ≥ " + k.Min

@@ -99,6 +99,7 @@ func TestFallbackDefault(t *testing.T) {
 		{"integer", "Requests per minute.", "0"},
 		{"list of strings", "Served models.", "*none*"},
 		{"mapping", "TLS to the agent.", "*see its keys*"},
+		{"number", "The share recorded, in [0,1]; absent means 1.", "1"},
 	} {
 		if got := fallbackDefault(config.KeyInfo{Path: "a.b", Type: tc.typ}, tc.desc); got != tc.want {
 			t.Errorf("fallbackDefault(%s, %q) = %q, want %q", tc.typ, tc.desc, got, tc.want)
