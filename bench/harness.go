@@ -175,6 +175,7 @@ type reqState struct {
 	preq     *picker.Request
 	pod      int
 	queuedAt time.Duration
+	exact    []uint64 // the engine's block keys, for a Precise policy
 }
 
 // Run simulates one policy on one seed's stream and returns what it
@@ -225,6 +226,9 @@ type sim struct {
 	out         report.Run
 	rep         *replicaSet // several routers (bench/replicas.go), else nil
 	speeds      speedSamples
+	// exact is the precise prefix index the engines' KV events feed, for
+	// a Precise policy; nil otherwise.
+	exact *exactIndex
 	// onDispatch, if set (tests), sees every dispatch.
 	onDispatch func(i, pod int, now time.Duration)
 }
@@ -242,9 +246,15 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 		rng:     rand.New(rand.NewPCG(seed, 0x5eed)),
 		seed:    seed,
 	}
+	if pol.Precise {
+		s.exact = newExactIndex()
+	}
 	s.tracker = picker.NewTracker(s.trackerOptions())
 	if pol.NewRouter != nil && pol.Profile == nil {
 		s.router = pol.NewRouter()
+		if er, ok := s.router.(exactUser); ok && s.exact != nil {
+			er.useExact(s.exact)
+		}
 	}
 	for _, g := range f.Pods {
 		cfg, err := engineConfig(f, g)
@@ -258,6 +268,9 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 			}
 			s.loop.Add(e)
 			name := fmt.Sprintf("%s-tp%d-%d", g.GPU, max(g.TensorParallel, 1), len(s.pods))
+			if s.exact != nil {
+				s.exact.attach(e, name)
+			}
 			v := &picker.Pod{Name: name, Address: name, BaseModel: f.Model, Engine: "vllm", GPU: g.GPU, GPUs: max(g.TensorParallel, 1), Ready: true}
 			s.viewIdx[v] = len(s.pods)
 			s.views = append(s.views, v)
@@ -291,6 +304,11 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 			return nil, err
 		}
 		s.states[i] = reqState{w: w, preq: pr, pod: -1}
+		if s.exact != nil {
+			// A precise-prefix router tokenizes the prompt exactly and
+			// hashes it as the engine does: its keys are the engine's.
+			s.states[i].exact = engine.BlockKeys(nil, w.Adapter, w.BlockHashes, w.PromptTokens)
+		}
 	}
 	s.loadEvery = max(1, int(stream.Duration/opts.ScrapeInterval)/loadSamples)
 	if err := s.initReplicas(seed); err != nil {
@@ -458,6 +476,9 @@ func (s *sim) arrive(now time.Duration, i int) {
 		// at once (no router queue).
 		s.refresh(now)
 		req := s.routerInput(i)
+		if er, ok := s.router.(exactUser); ok && s.exact != nil {
+			er.exactKeys(s.states[i].exact)
+		}
 		if a, ok := s.router.(Admitter); ok && !a.Admit(req, s.views) {
 			s.out.Shed++
 			s.finish(now)

@@ -28,6 +28,11 @@ type Policy struct {
 	// pickers (gie-v1.5, llm-d), whose prefix index is their own. Run calls
 	// it once per run.
 	NewRouter func() Router
+	// Precise policies read the engines' KV-cache events: the harness
+	// feeds an exact per-pod index of the blocks each pod holds
+	// (bench/kvexact.go) to the policy's tracker or router, and gives
+	// requests the engine's block keys.
+	Precise bool
 }
 
 // Built-in policy names.
@@ -49,12 +54,17 @@ const (
 	// commands in docs and BENCHMARKS.md still run.
 	PolicyGIEDefault = "gie-default"
 	PolicyInfergate  = "infergate"
+	// PolicyLLMDPrecise is llm-d with its precise-prefix-cache-scorer in
+	// place of the approximate prefix-cache-scorer (llm-d's "precise
+	// prefix cache aware" guide): same weights, scores from the engines'
+	// KV events.
+	PolicyLLMDPrecise = "llm-d-precise"
 )
 
 // BuiltinPolicies lists the built-in policy names (the alias gie-default
 // is accepted but not listed).
 func BuiltinPolicies() []string {
-	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate}
+	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate, PolicyLLMDPrecise}
 }
 
 // ParsePolicy resolves a built-in policy name or the path of a YAML
@@ -79,6 +89,12 @@ func ParsePolicy(name string) (Policy, error) {
 		return Policy{Name: name, Profile: prof(picker.GIEDefaultProfile()), Queue: true}, nil
 	case PolicyInfergate:
 		return Policy{Name: name, Profile: prof(picker.DefaultProfile()), Queue: true}, nil
+	case PolicyLLMDPrecise:
+		c := LLMDv010Config()
+		c.Precise = true
+		p := upstreamPolicy(name, c)
+		p.Precise = true
+		return p, nil
 	}
 	if _, err := os.Stat(name); err != nil {
 		return Policy{}, fmt.Errorf("unknown policy %q: not one of %s, nor a readable profile file", name, strings.Join(BuiltinPolicies(), ", "))

@@ -30,6 +30,13 @@ type EPPConfig struct {
 	QueueDepthThreshold  int
 	KVCacheUtilThreshold float64
 	MetricsStaleness     time.Duration
+	// Precise swaps the prefix-cache-scorer for llm-d's
+	// precise-prefix-cache-scorer: each pod's longest run of leading
+	// blocks it holds by its KV events (the request's engine block keys
+	// against the exact index), min-max normalised over the pods that hold any (1 when
+	// they hold equally many, 0 for pods that hold none), and no
+	// approximate index.
+	Precise bool
 }
 
 // GIEv15Config is GIE v1.5.0's default (pkg/epp/config/loader/defaults.go).
@@ -87,6 +94,61 @@ type eppRouter struct {
 	idx    *prefixIndex
 	match  map[string]int
 	scores []float64
+	exact  *exactIndex // KV-event index of a Precise config
+	keys   []uint64    // the next request's engine block keys (Precise)
+	held   []int       // per pod, leading blocks held (Precise)
+}
+
+// exactUser is a Router that reads the engines' KV events: useExact
+// gives it the index, exactKeys the engine block keys of the request it
+// picks for next (what llm-d computes from the exact tokens).
+type exactUser interface {
+	useExact(x *exactIndex)
+	exactKeys(keys []uint64)
+}
+
+func (e *eppRouter) useExact(x *exactIndex) {
+	if e.cfg.Precise {
+		e.exact = x
+	}
+}
+
+func (e *eppRouter) exactKeys(keys []uint64) { e.keys = keys }
+
+// precise fills e.held with each pod's leading blocks of the request
+// (e.keys) held by its KV events and returns the
+// precise-prefix-cache-scorer's per-pod score function; ok false without
+// an index or keys.
+func (e *eppRouter) precise(pods []*picker.Pod) (score func(i int) float64, ok bool) {
+	if e.exact == nil || len(e.keys) == 0 {
+		return nil, false
+	}
+	hashes := e.keys
+	if len(hashes) > e.cfg.MaxPrefixBlocks {
+		hashes = hashes[:e.cfg.MaxPrefixBlocks]
+	}
+	e.held = e.held[:0]
+	lo, hi := -1, -1
+	for _, p := range pods {
+		n := e.exact.matchOne(p.Name, hashes)
+		e.held = append(e.held, n)
+		if n > 0 {
+			if lo < 0 || n < lo {
+				lo = n
+			}
+			hi = max(hi, n)
+		}
+	}
+	return func(i int) float64 {
+		n := e.held[i]
+		switch {
+		case n == 0:
+			return 0
+		case hi == lo:
+			return 1
+		}
+		return float64(n-lo) / float64(hi-lo)
+	}, true
 }
 
 // Admit is requestcontrol/admission.go's LegacyAdmissionController: a
@@ -140,6 +202,7 @@ func (e *eppRouter) Pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) 
 	if len(hashes) > e.cfg.MaxPrefixBlocks {
 		hashes = hashes[:e.cfg.MaxPrefixBlocks]
 	}
+	preciseScore, precise := e.precise(pods)
 	// approximateprefix.matchLongestPrefix: walk the blocks until none of
 	// the pods holds one, counting each pod's blocks along the way.
 	if e.match == nil {
@@ -147,6 +210,9 @@ func (e *eppRouter) Pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) 
 	}
 	clear(e.match)
 	for _, h := range hashes {
+		if precise {
+			break
+		}
 		servers := e.idx.get(h)
 		if len(servers) == 0 {
 			break
@@ -170,7 +236,10 @@ func (e *eppRouter) Pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) 
 		}
 		kv := 1 - p.Metrics.KVUsage // kv-cache-utilization-scorer
 		var pre float64             // prefix-cache-scorer: matched / total
-		if len(hashes) > 0 {
+		switch {
+		case precise:
+			pre = preciseScore(i)
+		case len(hashes) > 0:
 			pre = float64(e.match[p.Name]) / float64(len(hashes))
 		}
 		s := e.cfg.QueueWeight*q + e.cfg.KVWeight*kv + e.cfg.PrefixWeight*pre
@@ -186,6 +255,9 @@ func (e *eppRouter) Pick(r *rand.Rand, req *picker.Request, pods []*picker.Pod) 
 				best = i
 			}
 		}
+	}
+	if precise {
+		return best // the pods' own events will say what they hold
 	}
 	// PreRequest: the chosen pod is assumed to now hold every hashed block.
 	capacity := e.cfg.LRUCapacityPerServer
