@@ -174,7 +174,7 @@ func (se *simEnv) stream(t *testing.T, model, content string, maxTokens int) (po
 }
 
 func TestE2EAdapterAffinity(t *testing.T) {
-	lora := []server.LoRAModule{{Name: "sql-lora", Path: "/adapters/sql"}}
+	lora := []server.LoRAModule{{Name: "sql-lora", Path: "/adapters/sql"}, {Name: "chat-lora", Path: "/adapters/chat"}}
 	se := newSimEnv(t, []simPod{
 		{name: "a", gpu: "h100", cfg: server.Config{LoRAModules: lora, MaxLoras: 2, TimeScale: 1}},
 		{name: "b", gpu: "h100", cfg: server.Config{LoRAModules: lora, MaxLoras: 2, TimeScale: 1}},
@@ -195,14 +195,16 @@ func TestE2EAdapterAffinity(t *testing.T) {
 		t.Fatalf("adapter with none loaded: %d on %q, want b (least loaded)", res.status, res.header.Get("X-Infergate-Pod"))
 	}
 
-	// Now c runs the adapter; with equal load elsewhere (b gets a base
-	// request too), adapter requests follow the adapter to c.
-	se.direct(t, "c", "sql-lora", 50, 3000)
+	// Now c runs another adapter; with equal load elsewhere (b gets base
+	// requests too), its requests follow it to c. (b keeps sql-lora
+	// resident after serving it, which vLLM's lora_adapter_loaded reports
+	// and the scheduler counts as loaded, so this half uses chat-lora.)
+	se.direct(t, "c", "chat-lora", 50, 3000)
 	se.direct(t, "b", "llama-3.1-8b", 50, 3000)
 	se.direct(t, "b", "llama-3.1-8b", 50, 3000)
 	se.waitPod(t, "c", "adapter running", func(d *podDebug) bool {
 		for _, a := range d.Metrics.ActiveAdapters {
-			if a == "sql-lora" {
+			if a == "chat-lora" {
 				return true
 			}
 		}
@@ -210,7 +212,7 @@ func TestE2EAdapterAffinity(t *testing.T) {
 	})
 	se.waitPod(t, "b", "2 running", func(d *podDebug) bool { return d.Metrics.Running >= 2 })
 	for i := 0; i < 4; i++ {
-		res := se.do(t, "POST", "/v1/chat/completions", fmt.Sprintf(`{"model":"sql-lora","max_tokens":4,"messages":[{"role":"user","content":"q%d"}]}`, i), nil)
+		res := se.do(t, "POST", "/v1/chat/completions", fmt.Sprintf(`{"model":"chat-lora","max_tokens":4,"messages":[{"role":"user","content":"q%d"}]}`, i), nil)
 		if res.status != 200 || res.header.Get("X-Infergate-Pod") != "c" {
 			t.Errorf("adapter request %d: %d on %q, want c (adapter active)\n%s", i, res.status, res.header.Get("X-Infergate-Pod"),
 				se.do(t, "GET", "/debug/pods", "", nil).body)
