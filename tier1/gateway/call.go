@@ -52,6 +52,14 @@ type call struct {
 	span       trace.Span // the attempt's, when tracing (trace.go)
 	ended      bool
 
+	// For the decision log (decisions.go): how admission went, and how
+	// many pods the request was dispatched to.
+	wait     waitNote
+	cycles   uint16 // scheduling cycles run
+	attempts int
+	decided  bool // recorded as decision decSeq
+	decSeq   uint64
+
 	up upstreamCall // the HTTP front end's (proxy.go)
 }
 
@@ -105,6 +113,7 @@ func (c *call) refuse(rf *refusal) {
 // pod on its fast schedule.
 func (c *call) dispatch(pod string) {
 	c.release()
+	c.attempts++
 	c.pod, c.served, c.dispatched = pod, pod, time.Now()
 	c.g.tracker.Dispatched(pod, c.req)
 	c.g.scraper.Active(pod)
@@ -166,6 +175,7 @@ func (c *call) done(status string) {
 	}
 	c.ended = true
 	c.release()
+	c.endDecision(status)
 	pool := c.pool.cfg.Name
 	c.g.m.requests.WithLabelValues(c.req.Model, pool, c.served, status).Inc()
 	c.g.m.e2e.WithLabelValues(c.req.Model, pool).Observe(time.Since(c.start).Seconds())

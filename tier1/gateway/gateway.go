@@ -99,6 +99,11 @@ type Gateway struct {
 	// discoveryProblem is why discovery is not working, for /ready; nil
 	// or "" when it is.
 	discoveryProblem atomic.Pointer[string]
+
+	// decisions are the last routing decisions, mesh the replica mesh's
+	// view for the status page (status.go).
+	decisions *decisionLog
+	mesh      atomic.Pointer[func() any]
 }
 
 // state is one applied configuration; requests load it once and use it
@@ -165,6 +170,8 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		opts:   opts,
 		queues: map[string]*waitQueue{},
 		tracer: tracing.NewTracer(opts.TracerProvider, tracerName),
+
+		decisions: newDecisionLog(cfg.Status.Decisions),
 	}
 	g.m = newMetrics(g.reg)
 	// Prefix-index writes run off the request path (see RecordAsync).
@@ -365,6 +372,7 @@ func (g *Gateway) applyLocked(cfg *Config) error {
 		targets = append(targets, scrape.Target{Name: pc.Name, Address: pc.Address, Engine: pc.Engine, Needs: need})
 	}
 	g.state.Store(st)
+	g.decisions.resize(cfg.Status.Decisions)
 	g.scraper.SetTargets(targets)
 	if old != nil {
 		for name := range old.pods {
@@ -450,6 +458,7 @@ func (g *Gateway) routes() {
 	}
 	mux.Handle("/v1/models", g.authed(g.handleModels))
 	mux.Handle("/debug/pods", g.authed(g.handleDebugPods))
+	mux.Handle("/debug/decisions", g.authed(g.handleDecisions))
 	mux.Handle(cluster.LoadPath, g.authed(g.handleLoad))
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -498,11 +507,13 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener, grace time.Duratio
 	return g.serve(ctx, ln, g, grace)
 }
 
-// ServeMetrics serves /metrics (the gateway's registry) on ln, apart from
-// the API, until ctx is done. Config.MetricsListen names its address.
+// ServeMetrics serves /metrics (the gateway's registry) and the status
+// page (/status, status.go) on ln, apart from the API, until ctx is done.
+// Config.MetricsListen names its address.
 func (g *Gateway) ServeMetrics(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{}))
+	g.statusRoutes(mux)
 	return g.serve(ctx, ln, mux, grace)
 }
 

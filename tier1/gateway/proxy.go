@@ -131,7 +131,19 @@ func (c *call) proxy(ctx context.Context, u *upstreamCall) {
 	}
 	c.served = "" // no pod answered
 	c.done(strconv.Itoa(status))
-	openai.Errorf(u.w, status, code, "no model server could take the request")
+	openai.Errorf(u.w, status, code, noAnswer(ranked, c.attempts, last))
+}
+
+// noAnswer says why no pod answered: how many of the ranked pods were
+// tried and how the last one failed (the reason's label, never the error,
+// which names sockets).
+func noAnswer(ranked []*picker.Pod, tried int, last *attemptError) string {
+	tried = min(max(tried, 1), len(ranked))
+	if last == nil || tried == 0 {
+		return "no model server could take the request"
+	}
+	return fmt.Sprintf("no model server could take the request: tried %d of %d ranked pods, the last (%s) failed: %s",
+		tried, len(ranked), ranked[tried-1].Name, last.reason)
 }
 
 // attempt runs one upstream attempt on pod. It returns nil once a

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"time"
 
 	"github.com/infergate/infergate/tier1/admission"
 	"github.com/infergate/infergate/tier1/picker"
@@ -28,6 +29,8 @@ type waiter struct {
 	key   picker.HoldKey
 	keyed bool
 	turn  chan struct{} // receives when the turn reaches this waiter
+	prio  int           // for the status page (status.go)
+	since time.Time     // when it entered
 }
 
 func newWaitQueue() *waitQueue { return &waitQueue{} }
@@ -40,7 +43,7 @@ func (q *waitQueue) enter(prio int, key picker.HoldKey, keyed bool, maxLen int) 
 	if q.q.Len() >= maxLen {
 		return nil, false
 	}
-	w := &waiter{key: key, keyed: keyed, turn: make(chan struct{}, 1)}
+	w := &waiter{key: key, keyed: keyed, turn: make(chan struct{}, 1), prio: prio, since: time.Now()}
 	q.q.Push(prio, w)
 	if q.pass.Open() {
 		// It may rank ahead of the turn: the next pass sees it.

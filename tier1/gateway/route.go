@@ -34,6 +34,7 @@ func (c *call) route(ctx context.Context) *refusal {
 	actx, sp := c.g.startAdmission(ctx, req, pool)
 	d := c.admit(actx)
 	endAdmission(sp, d)
+	c.recordDecision(d)
 	switch d.Action {
 	case admission.Dispatch:
 		c.recordScores()
@@ -42,7 +43,7 @@ func (c *call) route(ctx context.Context) *refusal {
 		c.g.m.shed.WithLabelValues(req.Model, pool.cfg.Name).Inc()
 	}
 	return &refusal{model: req.Model, pool: pool.cfg.Name, status: d.Status, code: d.Code,
-		reason: d.Message, retryAfter: d.RetryAfter}
+		reason: c.refusalReason(d), retryAfter: d.RetryAfter}
 }
 
 // ranked is the pods to try, best first, at most retry.max_attempts.
@@ -79,6 +80,7 @@ func (c *call) arrival(ctx context.Context) admission.Decision {
 // schedule runs one scheduling cycle on a fresh snapshot of the pool.
 func (c *call) schedule(ctx context.Context) error {
 	sp := c.g.startSchedule(ctx)
+	c.cycles++
 	c.snapshot()
 	err := c.g.sched.ScheduleInto(&c.cb.res, c.req, c.cb.ptrs)
 	endSchedule(sp, &c.cb.res, err)
@@ -96,8 +98,10 @@ func (c *call) waitForCapacity(ctx context.Context) admission.Decision {
 	w, ok := q.enter(req.Priority, key, keyed, cfg.Queue.MaxLen)
 	if !ok {
 		// Queue full: the best pod now, as if the wait had run out.
+		c.wait.how |= howQueueFull
 		return admission.Expired(req, c.schedule(ctx))
 	}
+	c.wait.since, c.wait.how = w.since, c.wait.how|howQueued
 	start := time.Now()
 	pool := c.pool.cfg.Name
 	g.m.queueLen.WithLabelValues(pool).Set(float64(q.len()))
@@ -124,6 +128,7 @@ func (c *call) waitForCapacity(ctx context.Context) admission.Decision {
 		case <-tick.C:
 			q.poll()
 		case <-deadline.C:
+			c.wait.how |= howExpired
 			return admission.Expired(req, c.schedule(ctx))
 		case <-ctx.Done():
 			return admission.Decide(req, ctx.Err())

@@ -121,6 +121,8 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 			gw.Close()
 			return nil, fmt.Errorf("peers metrics: %w", err)
 		}
+		node := s.node
+		gw.SetMeshStatus(func() any { return node.Members() }) // the status page's mesh panel
 	}
 	if len(cfg.Kubernetes.Sources) > 0 {
 		pools := make([]string, 0, len(cfg.Pools))

@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/infergate/infergate/shared/statusui"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/admin"
 	"github.com/infergate/infergate/tier2/discovery"
@@ -316,7 +317,8 @@ func (s *Server) ServeListeners(ctx context.Context, ls Listeners) error {
 	serveHTTP("api", &http.Server{Handler: s.gw, ReadHeaderTimeout: sc.ReadHeaderTimeout, IdleTimeout: sc.IdleTimeout,
 		MaxHeaderBytes: 64 << 10}, wrap(ls.API, s.tls.api))
 	if ls.Admin != nil {
-		serveHTTP("admin", s.plainServer(s.admin.Handler()), wrap(ls.Admin, s.tls.admin))
+		// The status page (docs/operations.md) beside the admin API it reads.
+		serveHTTP("admin", s.plainServer(statusui.Mount(s.admin.Handler(), statusui.Tier2)), wrap(ls.Admin, s.tls.admin))
 	}
 	if ls.Metrics != nil {
 		mux := http.NewServeMux()
