@@ -45,7 +45,7 @@ unit:
 	$(GO) test -count=1 -short $(PKGS)
 
 ## check: the contributor's default before a commit: gofmt, vet,
-## staticcheck and the short tests under the race detector.
+## staticcheck, errcheck and the short tests under the race detector.
 check: lint
 	$(GO) test -count=1 -short -race $(PKGS)
 
@@ -62,8 +62,9 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@if command -v staticcheck >/dev/null; then staticcheck $(PKGS); else echo "staticcheck not installed (run: make tools)"; exit 1; fi
+	@./scripts/errcheck.sh
 
-## tools: build the real tools the tests need (Consul, staticcheck, ...), cached in $(TOOLS_BIN).
+## tools: build the real tools the tests need (Consul, staticcheck, errcheck, ...), cached in $(TOOLS_BIN).
 tools:
 	@./scripts/tools.sh
 	@./scripts/deploy-tools.sh

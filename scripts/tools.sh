@@ -25,6 +25,8 @@ build() { # name version package [module-dir]
 }
 
 build staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck
+# Unchecked errors, for make lint (scripts/errcheck.sh).
+build errcheck v1.30.0 github.com/kisielk/errcheck
 # Consul 1.16.1 is the MPL-2.0 line; never 1.16.6+ or 1.17+ (BSL). It lives in
 # its own module (tools/go.mod) so its old dependencies stay out of ours.
 build consul 1.16.1 github.com/hashicorp/consul tools

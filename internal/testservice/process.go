@@ -19,13 +19,13 @@ func startLogged(bin string, args []string, logPath string) (*exec.Cmd, chan str
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close() // nothing was written; the start error is the one to return
 		return nil, nil, fmt.Errorf("start: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		logf.Close()
+		_ = logf.Close() // the process's log: a lost tail only shortens what a failing test prints
 		close(done)
 	}()
 	return cmd, done, nil

@@ -152,13 +152,13 @@ func scrapeCmd(args []string) error {
 	s.SetTargets(targets)
 	time.Sleep(*warmup)
 	before := counts(s)
+	var prof *os.File
 	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
+		if prof, err = os.Create(*profile); err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			_ = prof.Close() // nothing written; the start error is the one to return
 			return err
 		}
 	}
@@ -167,6 +167,10 @@ func scrapeCmd(args []string) error {
 	c1, t1 := cpuSeconds(), time.Now()
 	if *profile != "" {
 		pprof.StopCPUProfile()
+		// The profile is written: a failed close may have lost its tail.
+		if err := prof.Close(); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
 	}
 	after := counts(s)
 	report("scraper", len(targets), t1.Sub(t0), c1-c0, before, after)
@@ -230,7 +234,7 @@ func tier1Cmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a leftover temporary directory costs disk, not the measurement
 	cfgPath := filepath.Join(dir, "tier1.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
 		return err
@@ -325,7 +329,7 @@ func readAddrs(path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: closing loses nothing
 	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

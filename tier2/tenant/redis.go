@@ -235,7 +235,7 @@ func (b *redisBackend) watch(ctx context.Context, changed chan<- struct{}) {
 		notify(changed)
 		ch := sub.Channel()
 		func() {
-			defer sub.Close()
+			defer func() { _ = sub.Close() }() // unsubscribing on the way out; the loop subscribes afresh
 			for {
 				select {
 				case <-ctx.Done():

@@ -245,7 +245,7 @@ func build(ctx context.Context, o options) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
+	defer func() { _ = os.RemoveAll(work) }() // a leftover temporary directory costs disk, not the image
 
 	labels := map[string]string{
 		"org.opencontainers.image.title":       "infergate",
@@ -457,9 +457,9 @@ func writeArchive(dir, out string, idx v1.ImageIndex, ref string, modTime time.T
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone after the rename; otherwise a failed write's leftover
 	if err := tarDir(tmp, dir, modTime); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the failed write's error is the one to return
 		return fmt.Errorf("writing %s: %w", out, err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -494,7 +494,7 @@ func tarDir(w io.Writer, dir string, modTime time.Time) error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read only: closing loses nothing
 		fi, err := f.Stat()
 		if err != nil {
 			return err
