@@ -29,7 +29,8 @@ func (l *stringList) Set(v string) error {
 // podFlags are the flags that describe a single pod; with --fleet they come
 // from the file instead.
 var podFlags = []string{"port", "model", "served-model-name", "gpu", "engine", "tensor-parallel-size",
-	"max-num-seqs", "lora-modules", "max-loras", "max-request-bytes"}
+	"max-num-seqs", "lora-modules", "max-loras", "max-request-bytes",
+	"kv-events-endpoint", "kv-events-replay", "kv-events-topic", "kv-events-legacy"}
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
@@ -48,6 +49,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		timeScale = fs.Float64("time-scale", 1, "real seconds per simulated second (0.1 runs ten times faster)")
 		fleetFile = fs.String("fleet", "", "YAML file describing many pods to host in this process")
 		logLevel  = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		kvEP      = fs.String("kv-events-endpoint", "", "publish KV-cache events over ZeroMQ as vLLM does: bound when the host is * (tcp://*:5557), else dialled (a router that binds); off when empty")
+		kvReplay  = fs.String("kv-events-replay", "", "replay (ROUTER) socket for missed KV events, bound (tcp://*:5558); needs --kv-events-endpoint")
+		kvTopic   = fs.String("kv-events-topic", "", "topic of every KV-event message ({addr}: the pod's host:port, {model}: its served name; llm-d's is kv@{addr}@{model})")
+		kvLegacy  = fs.Bool("kv-events-legacy", false, "send KV events as positional arrays (vLLM before #42892, llm-d-inference-sim's default) instead of tagged maps")
 		loras     stringList
 	)
 	fs.Var(&loras, "lora-modules", "LoRA adapter as name=path or name (repeatable)")
@@ -89,6 +94,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if *maxBody <= 0 {
 			return errors.New("--max-request-bytes must be positive")
 		}
+		kv := fleet.KVEventsSpec{Endpoint: *kvEP, ReplayEndpoint: *kvReplay, Topic: *kvTopic, Legacy: *kvLegacy}
+		if errs := kv.Validate("kv_events"); len(errs) > 0 {
+			return fmt.Errorf("--kv-events-endpoint: %w", errors.Join(errs...))
+		}
 		cfg = fleet.Config{TimeScale: *timeScale, Host: *host, Pods: []fleet.PodSpec{{
 			Name:            "sim",
 			Port:            *port,
@@ -101,6 +110,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			LoRAModules:     loras,
 			MaxLoras:        *maxLoras,
 			MaxRequestBytes: *maxBody,
+			KVEvents:        kv,
 		}}}
 	}
 	if cfg.TimeScale <= 0 {
@@ -115,6 +125,25 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		c := p.Config()
 		fmt.Fprintf(stdout, "pod %s listening on %s (model %s, gpu %s x%d, engine %s)\n",
 			p.Spec.Name, p.URL, c.ServedModelName, c.GPU, max(c.TensorParallel, 1), c.Flavor)
+	}
+	for _, p := range f.Pods {
+		kv := p.Config().KVEvents
+		if kv.Endpoint == "" {
+			continue
+		}
+		form := "tagged maps"
+		if kv.Legacy {
+			form = "positional arrays"
+		}
+		if kv.Connect {
+			fmt.Fprintf(stdout, "pod %s publishing KV events to %s (%s)\n", p.Spec.Name, kv.Endpoint, form)
+			continue
+		}
+		replay := ""
+		if a := p.KVEventsReplayAddr(); a != "" {
+			replay = ", replay on " + a
+		}
+		fmt.Fprintf(stdout, "pod %s publishing KV events on %s (%s%s)\n", p.Spec.Name, p.KVEventsAddr(), form, replay)
 	}
 	<-ctx.Done()
 	log.Info("shutting down", "pods", len(f.Pods))

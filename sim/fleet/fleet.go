@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/sim/kvpub"
 	"github.com/infergate/infergate/sim/server"
 )
 
@@ -33,6 +34,11 @@ import (
 //	    max_loras: 4
 //	    max_request_bytes: 8388608
 //	    replicas: 2           # stamped out as llama-h100-0, llama-h100-1
+//	    kv_events:            # publish KV-cache events as vLLM does (off when endpoint is empty)
+//	      endpoint: "tcp://*:5557"        # bound (* or ::), else dialled; replicas count ports up
+//	      replay_endpoint: "tcp://*:5567" # optional replay (ROUTER) socket, always bound; replicas count up too
+//	      topic: ""           # {addr} and {model}: the pod's host:port and served model name
+//	      legacy: false       # positional arrays instead of tagged maps
 type Config struct {
 	TimeScale float64   `yaml:"time_scale"`
 	Host      string    `yaml:"host"`
@@ -57,6 +63,88 @@ type PodSpec struct {
 	// MaxRequestBytes caps request bodies (larger get 413); 0: 8 MiB.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 	Replicas        int   `yaml:"replicas"`
+	// KVEvents publishes the pod's KV-cache events over ZeroMQ (sim/kvpub)
+	// when its endpoint is set.
+	KVEvents KVEventsSpec `yaml:"kv_events"`
+}
+
+// KVEventsSpec is a pod's KV-event publisher, with vLLM's
+// --kv-events-config fields. Endpoint is bound when its host is a
+// wildcard (tcp://*:5557, vLLM's rule), else dialled (a router that binds,
+// llm-d's topology). Replicas publish on consecutive ports (port + i) of
+// Endpoint and ReplayEndpoint when the port is fixed.
+type KVEventsSpec struct {
+	Endpoint       string `yaml:"endpoint"`
+	ReplayEndpoint string `yaml:"replay_endpoint"`
+	// Topic is the first frame of every message; {addr} becomes the pod's
+	// host:port and {model} its served model name (llm-d's topic is
+	// kv@{addr}@{model}).
+	Topic  string `yaml:"topic"`
+	Legacy bool   `yaml:"legacy"`
+}
+
+// ServerConfig is the sim/kvpub configuration of the pod serving at addr
+// (host:port) with model as its served name.
+func (k KVEventsSpec) ServerConfig(addr, model string) kvpub.Config {
+	if k.Endpoint == "" {
+		return kvpub.Config{}
+	}
+	topic := strings.ReplaceAll(k.Topic, "{addr}", addr)
+	return kvpub.Config{
+		Endpoint:       k.Endpoint,
+		Connect:        !kvpub.BindsEndpoint(k.Endpoint),
+		ReplayEndpoint: k.ReplayEndpoint,
+		Topic:          strings.ReplaceAll(topic, "{model}", model),
+		Legacy:         k.Legacy,
+	}
+}
+
+// Validate checks the endpoints; at names the pod in errors.
+func (k KVEventsSpec) Validate(at string) []error {
+	var errs []error
+	if k.Endpoint == "" {
+		if k.ReplayEndpoint != "" || k.Topic != "" || k.Legacy {
+			errs = append(errs, fmt.Errorf("%s.endpoint: required when any other kv_events key is set", at))
+		}
+		return errs
+	}
+	for _, e := range []struct{ key, ep string }{{"endpoint", k.Endpoint}, {"replay_endpoint", k.ReplayEndpoint}} {
+		if e.ep == "" {
+			continue
+		}
+		if _, err := endpointPort(e.ep); err != nil {
+			errs = append(errs, fmt.Errorf("%s.%s: %w", at, e.key, err))
+		}
+	}
+	return errs
+}
+
+// endpointPort returns the port of a tcp://host:port endpoint.
+func endpointPort(ep string) (int, error) {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return 0, fmt.Errorf("%q: want tcp://host:port", ep)
+	}
+	_, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", ep, err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return 0, fmt.Errorf("%q: bad port %q", ep, port)
+	}
+	return n, nil
+}
+
+// offsetEndpoint is ep with its port moved up by i (a port of 0, picked by
+// the system, stays 0).
+func offsetEndpoint(ep string, i int) string {
+	n, err := endpointPort(ep)
+	if ep == "" || err != nil || n == 0 {
+		return ep
+	}
+	host, _, _ := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://"))
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(n+i))
 }
 
 // SetDefaults fills zero fields (config.Load calls it).
@@ -118,6 +206,10 @@ func (c *Config) Validate() error {
 				errs = append(errs, fmt.Errorf("%s: lora_modules: %w", at, err))
 			}
 		}
+		errs = append(errs, p.KVEvents.Validate(fmt.Sprintf("pods[%d].kv_events", i))...)
+		if strings.Contains(p.KVEvents.Topic, "{addr}") && p.Port == 0 {
+			errs = append(errs, fmt.Errorf("pods[%d].kv_events.topic: {addr} needs a fixed port (pods[%d].port is 0)", i, i))
+		}
 		for _, r := range expand(p) {
 			if names[r.Name] {
 				errs = append(errs, fmt.Errorf("%s: duplicate pod name %q", at, r.Name))
@@ -150,6 +242,8 @@ func expand(p PodSpec) []PodSpec {
 		if p.Port != 0 {
 			r.Port = p.Port + i
 		}
+		r.KVEvents.Endpoint = offsetEndpoint(p.KVEvents.Endpoint, i)
+		r.KVEvents.ReplayEndpoint = offsetEndpoint(p.KVEvents.ReplayEndpoint, i)
 		out[i] = r
 	}
 	return out
@@ -192,7 +286,7 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	f := &Fleet{}
 	for _, spec := range cfg.Pods {
 		for _, r := range expand(spec) {
-			scfg, err := r.serverConfig(cfg.TimeScale, log)
+			scfg, err := r.serverConfig(cfg.TimeScale, cfg.Host, log)
 			if err != nil {
 				_ = f.Close()
 				return nil, fmt.Errorf("fleet: pod %s: %w", r.Name, err)
@@ -208,7 +302,7 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	return f, nil
 }
 
-func (p PodSpec) serverConfig(timeScale float64, log *slog.Logger) (server.Config, error) {
+func (p PodSpec) serverConfig(timeScale float64, host string, log *slog.Logger) (server.Config, error) {
 	flavor, err := server.ParseFlavor(p.Engine)
 	if err != nil {
 		return server.Config{}, err
@@ -226,6 +320,11 @@ func (p PodSpec) serverConfig(timeScale float64, log *slog.Logger) (server.Confi
 		TimeScale:       timeScale,
 		Logger:          log,
 	}
+	served := p.ServedModelName
+	if served == "" {
+		served = p.Model
+	}
+	sc.KVEvents = p.KVEvents.ServerConfig(net.JoinHostPort(host, strconv.Itoa(p.Port)), served)
 	for _, m := range p.LoRAModules {
 		lm, err := server.ParseLoRAModule(m)
 		if err != nil {

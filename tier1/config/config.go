@@ -20,18 +20,23 @@ import (
 	loader "github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
+	"github.com/infergate/infergate/tier1/kvevents"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/scrape"
+	"github.com/infergate/infergate/tier1/tokenize"
 )
 
 // Config is the whole Tier 1 configuration file.
 type Config struct {
-	Listen string `yaml:"listen"` // default 127.0.0.1:8080
-	// MetricsListen is where /metrics is served, apart from the API
-	// listener; default 127.0.0.1:9090 (loopback), "-" turns it off.
+	Listen string `yaml:"listen"` // the OpenAI API's address (--listen overrides); default 127.0.0.1:8080
+	// MetricsListen is where /metrics (and the status page) is served,
+	// apart from the API listener (--metrics-listen overrides); default
+	// 127.0.0.1:9090 (loopback), "-" turns it off. The default is best
+	// effort: if its port is taken, a warning and no metrics listener, so
+	// several routers start on one host; an address set here must be free.
 	MetricsListen string `yaml:"metrics_listen"`
-	Cluster       string `yaml:"cluster"` // reported to Tier 2; default "local"
-	Region        string `yaml:"region"`  // reported to Tier 2; default "local"
+	Cluster       string `yaml:"cluster"` // the cluster's name, in the load summary and Consul; default "local"
+	Region        string `yaml:"region"`  // the cluster's region, in the load summary and Consul; default "local"
 
 	// TLS serves the OpenAI API (listen) over TLS; client_ca_file turns
 	// on mutual TLS (Tier 2 presenting a client certificate). MetricsTLS
@@ -47,7 +52,7 @@ type Config struct {
 	// PodHeader names the response header carrying the pod that served
 	// the request; default x-infergate-pod. "-" disables it.
 	PodHeader    string        `yaml:"pod_header"`
-	MaxBodyBytes int64         `yaml:"max_body_bytes"` // default 16 MiB
+	MaxBodyBytes int64         `yaml:"max_body_bytes"` // request body limit (413 above); default 16 MiB
 	Timeouts     TimeoutConfig `yaml:"timeouts"`
 	Retry        RetryConfig   `yaml:"retry"`
 	Queue        QueueConfig   `yaml:"queue"`
@@ -84,7 +89,19 @@ type Config struct {
 	// Status is the status page on the metrics listener
 	// (docs/operations.md).
 	Status StatusConfig `yaml:"status"`
+
+	// KVEvents follows the model servers' KV-cache events and keeps an
+	// exact per-pod prefix index (docs/kv-events.md); off by default. Read
+	// at start; a change needs a restart (the pods it follows track the
+	// configuration and discovery).
+	KVEvents KVEventsConfig `yaml:"kv_events"`
 }
+
+// KVEventsConfig is the kv_events block (tier1/kvevents' schema).
+type KVEventsConfig = kvevents.Config
+
+// TokenizerConfig is a pool's tokenizer block (tier1/tokenize's schema).
+type TokenizerConfig = tokenize.Config
 
 // StatusConfig sizes what the status page keeps.
 type StatusConfig struct {
@@ -101,7 +118,7 @@ type KubernetesConfig struct {
 	Namespace string `yaml:"namespace"`
 	// Kubeconfig is a kubeconfig file; default the in-cluster service
 	// account.
-	Kubeconfig string `yaml:"kubeconfig"`
+	Kubeconfig string `yaml:"kubeconfig" config:"file"`
 	// NodeGPU reads a pod's GPU from its node's nvidia.com/gpu.product
 	// label when the pod does not carry infergate.io/gpu. It needs `get
 	// nodes`, a cluster-scoped permission, so it is off by default.
@@ -129,6 +146,8 @@ type DiscoverySource struct {
 // AuthConfig controls client authentication. Auth is on by default: with
 // no token source configured the file is rejected unless disabled: true.
 type AuthConfig struct {
+	// Disabled turns client authentication off; it must be said
+	// explicitly, as no token source is otherwise an error.
 	Disabled bool `yaml:"disabled"`
 	// Tokens are accepted bearer tokens written inline (prefer TokenEnv or
 	// TokenFile so secrets stay out of config files).
@@ -148,6 +167,8 @@ type AuthConfig struct {
 // servers (vLLM --api-key). The client's own Authorization header is never
 // forwarded.
 type UpstreamConfig struct {
+	// TokenEnv or TokenFile holds the bearer token sent to pods (vLLM
+	// --api-key); TokenFile's first line wins over TokenEnv.
 	TokenEnv  string `yaml:"token_env"`
 	TokenFile string `yaml:"token_file"`
 	// Scheme is "http" (default) or "https" (pods serving TLS, such as
@@ -162,16 +183,16 @@ type UpstreamConfig struct {
 
 // TimeoutConfig bounds each stage of a proxied request.
 type TimeoutConfig struct {
-	Connect   time.Duration `yaml:"connect"`    // dial a pod; default 2s
-	ReadBody  time.Duration `yaml:"read_body"`  // receiving the client's body; default 1m
-	FirstByte time.Duration `yaml:"first_byte"` // dispatch to first response byte; default 5m
+	Connect   time.Duration `yaml:"connect"`    // dialling a pod; default 2s
+	ReadBody  time.Duration `yaml:"read_body"`  // receiving the client's body (a trickling client gets 400); default 1m
+	FirstByte time.Duration `yaml:"first_byte"` // dispatch to the pod's first response byte; default 5m
 	Idle      time.Duration `yaml:"idle"`       // longest silence inside a response; default 2m
-	Request   time.Duration `yaml:"request"`    // whole request; default 30m
-	// Client side of every listener (see docs/tier1.md#timeouts).
-	ReadHeader time.Duration `yaml:"read_header"` // a request's headers; default 10s
-	ClientIdle time.Duration `yaml:"client_idle"` // keep-alive between requests; default 2m
-	Write      time.Duration `yaml:"write"`       // each write to the client; default 30s
-	MaxStream  time.Duration `yaml:"max_stream"`  // a relayed response in all; default 30m
+	Request   time.Duration `yaml:"request"`    // whole request, queueing included; default 30m
+	// The client side of every listener (docs/tier1.md#timeouts):
+	ReadHeader time.Duration `yaml:"read_header"` // a request's headers (and the ext_proc HTTP/2 handshake); default 10s
+	ClientIdle time.Duration `yaml:"client_idle"` // a keep-alive connection between requests; default 2m
+	Write      time.Duration `yaml:"write"`       // each write to the client; one that stops reading is dropped; default 30s
+	MaxStream  time.Duration `yaml:"max_stream"`  // a relayed response in all, from the request's arrival; default 30m
 }
 
 // RetryConfig bounds retries on the next-best pod when a pod fails before
@@ -186,7 +207,7 @@ type RetryConfig struct {
 // QueueConfig is the router's own queue, used when every candidate pod is
 // saturated. Sheddable requests are rejected with 429 instead of queued.
 type QueueConfig struct {
-	MaxLen int `yaml:"max_len"` // waiting requests per pool; default 1024
+	MaxLen int `yaml:"max_len"` // waiting requests per pool; beyond, requests skip the wait; default 1024
 	// MaxWait is the longest a standard (priority 0) request waits for a
 	// pod to leave saturation; then it is dispatched to the best pod
 	// anyway (the server queues it). Default 2s.
@@ -198,9 +219,9 @@ type QueueConfig struct {
 
 // ScrapeConfig sets how pods are polled.
 type ScrapeConfig struct {
-	Interval       time.Duration `yaml:"interval"`        // /metrics; default 50ms
-	Timeout        time.Duration `yaml:"timeout"`         // per scrape; default 1s
-	ModelsInterval time.Duration `yaml:"models_interval"` // /v1/models; default 5s
+	Interval       time.Duration `yaml:"interval"`        // how often each pod's /metrics is scraped; default 50ms
+	Timeout        time.Duration `yaml:"timeout"`         // how long one scrape may take; default 1s
+	ModelsInterval time.Duration `yaml:"models_interval"` // how often each pod's /v1/models is read; default 5s
 	// UnreadyAfter consecutive failed scrapes mark a pod not ready;
 	// default 2.
 	UnreadyAfter int `yaml:"unready_after" config:"min=1"`
@@ -214,36 +235,51 @@ type ScrapeConfig struct {
 
 // PoolConfig is a named set of pods serving one base model.
 type PoolConfig struct {
-	Name  string `yaml:"name"`
+	Name  string `yaml:"name"`  // required, unique; pods name it in pool
 	Model string `yaml:"model"` // base model name clients use
 	// Adapters are LoRA adapters of Model served by the pool's pods, in
 	// addition to those the pods list in /v1/models.
 	Adapters []string `yaml:"adapters"`
+	// Tokenizer names the model's tokenizer files (docs/tokenizers.md)
+	// for the exact token ids precise prefix routing matches on: with
+	// kv_events on, requests for the pool's model and its adapters
+	// (which share their base model's tokenizer) are tokenized in process.
+	// Without one the pool's prefix evidence stays the approximate index,
+	// except for prompts sent as token ids. Loaded at start and when the
+	// block changes on reload; unused (not loaded) with kv_events off.
+	Tokenizer TokenizerConfig `yaml:"tokenizer"`
 }
 
 // ModelConfig is per-model request policy; Name is a base model or an
 // adapter (which then needs Base unless a pool lists it).
 type ModelConfig struct {
-	Name      string        `yaml:"name"`
+	Name      string        `yaml:"name"`      // a pool's model or an adapter; required
 	Base      string        `yaml:"base"`      // base model of an adapter
 	Priority  int           `yaml:"priority"`  // higher first; < 0 is sheddable
 	Sheddable bool          `yaml:"sheddable"` // rejected with 429 when saturated
-	TTFTSLO   time.Duration `yaml:"ttft_slo"`  // default TTFT objective, 0 = none
+	TTFTSLO   time.Duration `yaml:"ttft_slo"`  // the TTFT objective of requests without an x-infergate-ttft-slo-ms header; 0 = none
 }
 
 // PodConfig is one model-server pod (static discovery).
 type PodConfig struct {
-	Name    string `yaml:"name"`
-	Address string `yaml:"address"` // host:port
-	Pool    string `yaml:"pool"`
-	Engine  string `yaml:"engine"` // vllm, vllm-legacy, sglang, tgi; "" detects
-	GPU     string `yaml:"gpu"`
+	Name    string `yaml:"name"`    // required, unique: the metrics label and the pod response header
+	Address string `yaml:"address"` // host:port; required, unique
+	Pool    string `yaml:"pool"`    // the pool it serves; required
+	Engine  string `yaml:"engine"`  // vllm, vllm-legacy, sglang, tgi; "" detects
+	GPU     string `yaml:"gpu"`     // GPU class (h100, l4, ...), passed to the scheduler
 	// GPUs is how many GPUs the pod's engine runs on (tensor × pipeline
 	// parallel); 0 = unknown. With GPU it names the pod's hardware class,
 	// whose pods share a pooled prefill-speed estimate (the scheduler
 	// profile's speed_pooling).
 	GPUs   int               `yaml:"gpus"`
-	Labels map[string]string `yaml:"labels"`
+	Labels map[string]string `yaml:"labels"` // free-form, passed to the scheduler
+	// KVEventsPort and KVEventsReplayPort override kv_events.port and
+	// kv_events.replay_port for this pod (connect mode); 0 keeps them,
+	// KVEventsReplayPort -1 turns replay off for the pod. Discovered pods
+	// take them from the infergate.io/kv-events-port and
+	// infergate.io/kv-events-replay-port annotations.
+	KVEventsPort       int `yaml:"kv_events_port"`
+	KVEventsReplayPort int `yaml:"kv_events_replay_port"`
 }
 
 // Defaults.
@@ -318,6 +354,7 @@ func (c *Config) SetDefaults() {
 		c.Scheduler = picker.DefaultProfile()
 	}
 	c.Scheduler.SetDefaults()
+	c.KVEvents.SetDefaults()
 }
 
 func isZeroProfile(p picker.ProfileConfig) bool {
@@ -407,6 +444,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Peers.validate(c.Consul.Address != "")...)
+	errs = append(errs, c.validateKVEvents()...)
 	return errors.Join(errs...)
 }
 
@@ -569,6 +607,53 @@ func (c *Config) listenClashes() error {
 	return loader.ListenClashes(addrs)
 }
 
+// validateKVEvents checks the kv_events block, the pools' tokenizer
+// blocks, the pods' kv_events ports and the prefix scorers that read
+// them. Errors name the key.
+func (c *Config) validateKVEvents() []error {
+	var errs []error
+	if err := c.KVEvents.Validate(); err != nil {
+		// kvevents names keys relative to its block.
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				errs = append(errs, fmt.Errorf("kv_events.%w", e))
+			}
+		} else {
+			errs = append(errs, fmt.Errorf("kv_events.%w", err))
+		}
+	}
+	for i, p := range c.Pools {
+		if !p.Tokenizer.IsZero() && p.Tokenizer.File == "" {
+			errs = append(errs, fmt.Errorf("pools[%d].tokenizer.file: required (pool %s: the model's tokenizer.json)", i, p.Name))
+		}
+	}
+	for i, p := range c.Pods {
+		if p.KVEventsPort < 0 || p.KVEventsPort > 65535 {
+			errs = append(errs, fmt.Errorf("pods[%d].kv_events_port: %d out of range 0-65535 (pod %s; 0: kv_events.port)", i, p.KVEventsPort, p.Name))
+		}
+		if p.KVEventsReplayPort < -1 || p.KVEventsReplayPort > 65535 {
+			errs = append(errs, fmt.Errorf("pods[%d].kv_events_replay_port: %d out of range -1-65535 (pod %s; 0: kv_events.replay_port, -1: no replay)", i, p.KVEventsReplayPort, p.Name))
+		}
+	}
+	prefixOn, preciseOn := false, false
+	for _, s := range c.Scheduler.Scorers {
+		switch {
+		case !s.On():
+		case s.Name == picker.ScorerPrefix:
+			prefixOn = true
+		case s.Name == picker.ScorerPrecisePrefix:
+			preciseOn = true
+		}
+	}
+	if preciseOn && !c.KVEvents.Enabled {
+		errs = append(errs, fmt.Errorf("scheduler.scorers: %s needs kv_events.enabled: true (without KV events it is the approximate %s scorer)", picker.ScorerPrecisePrefix, picker.ScorerPrefix))
+	}
+	if preciseOn && prefixOn {
+		errs = append(errs, fmt.Errorf("scheduler.scorers: %s and %s are one scorer (%s uses the exact index too when kv_events is on); enable one, e.g. {name: %s, enabled: false}", picker.ScorerPrefix, picker.ScorerPrecisePrefix, picker.ScorerPrefix, picker.ScorerPrefix))
+	}
+	return errs
+}
+
 // validateTLS checks the TLS blocks and the schemes that must agree with
 // them.
 func (c *Config) validateTLS() []error {
@@ -705,13 +790,13 @@ type ConsulConfig struct {
 	// listen address.
 	ServiceAddress string        `yaml:"service_address"`
 	ServicePort    int           `yaml:"service_port"`
-	Scheme         string        `yaml:"scheme"`    // http, or https (the default when tls is set)
-	Cost           float64       `yaml:"cost"`      // in CostUnit
-	CostUnit       string        `yaml:"cost_unit"` // gpu-hour (default) or mtok
-	Pricing        string        `yaml:"pricing"`   // spot or on-demand, informational
-	Capacity       int           `yaml:"capacity"`  // concurrent requests the cluster is sized for
-	Tags           []string      `yaml:"tags"`
-	CheckInterval  time.Duration `yaml:"check_interval"` // default 5s
+	Scheme         string        `yaml:"scheme"`         // http, or https (the default when tls is set)
+	Cost           float64       `yaml:"cost"`           // the cluster's cost in CostUnit, for cost-first routing
+	CostUnit       string        `yaml:"cost_unit"`      // gpu-hour (default) or mtok
+	Pricing        string        `yaml:"pricing"`        // spot or on-demand, informational
+	Capacity       int           `yaml:"capacity"`       // concurrent requests the cluster is sized for
+	Tags           []string      `yaml:"tags"`           // extra Consul tags on the registration
+	CheckInterval  time.Duration `yaml:"check_interval"` // the interval of the Consul health check; default 5s
 }
 
 // ResolveToken returns the Consul ACL token, "" for none.

@@ -41,6 +41,7 @@ import (
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/scrape"
+	"github.com/infergate/infergate/tier1/tokenize"
 )
 
 // Options are a Gateway's collaborators. Zero fields take defaults.
@@ -100,6 +101,8 @@ type Gateway struct {
 	// or "" when it is.
 	discoveryProblem atomic.Pointer[string]
 
+	kv *kvRouting // precise prefix routing (kvroute.go)
+
 	// decisions are the last routing decisions, mesh the replica mesh's
 	// view for the status page (status.go).
 	decisions *decisionLog
@@ -118,6 +121,7 @@ type state struct {
 	routes        map[string]route // static model names -> pool
 	policies      map[string]ModelConfig
 	pods          map[string]*podRT
+	tokenizers    map[string]*tokenize.Tokenizer // by pool, with kv_events on (kvroute.go)
 }
 
 type poolState struct {
@@ -174,8 +178,13 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		decisions: newDecisionLog(cfg.Status.Decisions),
 	}
 	g.m = newMetrics(g.reg)
+	kv, err := newKVRouting(cfg, g.reg, g.log)
+	if err != nil {
+		return nil, err
+	}
+	g.kv = kv
 	// Prefix-index writes run off the request path (see RecordAsync).
-	g.tracker = picker.NewTracker(picker.TrackerOptions{RecordAsync: true})
+	g.tracker = picker.NewTracker(picker.TrackerOptions{RecordAsync: true, Exact: kv.exact()})
 	g.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "infergate_tier1_prefix_records_dropped_total",
 		Help: "Dispatches not recorded in the prefix index because its write queue was full.",
@@ -233,6 +242,10 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.routes()
+	if err := g.kv.start(ctx, g.reg, g.tracker); err != nil {
+		g.scraper.Close()
+		return nil, err
+	}
 	if opts.ConfigPath != "" && cfg.ReloadInterval > 0 {
 		go g.watchConfig(ctx, opts.ConfigPath, cfg.ReloadInterval)
 	}
@@ -271,7 +284,10 @@ func newTransport(connect time.Duration, upstreamTLS *tlsfiles.ClientConfig) *ht
 func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
 
 // Close stops scraping. In-flight requests are not interrupted.
-func (g *Gateway) Close() { g.scraper.Close() }
+func (g *Gateway) Close() {
+	g.scraper.Close()
+	g.kv.close()
+}
 
 // Apply switches to cfg (defaulted and validated): pods, pools, models,
 // tokens and the scheduling profile change at once for new requests.
@@ -302,6 +318,10 @@ func (g *Gateway) applyLocked(cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	tokenizers, err := g.kv.tokenizers(cfg)
+	if err != nil {
+		return err
+	}
 	if err := g.sched.Update(cfg.Scheduler); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -314,6 +334,7 @@ func (g *Gateway) applyLocked(cfg *Config) error {
 		routes:        map[string]route{},
 		policies:      map[string]ModelConfig{},
 		pods:          map[string]*podRT{},
+		tokenizers:    tokenizers,
 	}
 	g.queuesMu.Lock()
 	for _, pc := range cfg.Pools {
@@ -374,6 +395,7 @@ func (g *Gateway) applyLocked(cfg *Config) error {
 	g.state.Store(st)
 	g.decisions.resize(cfg.Status.Decisions)
 	g.scraper.SetTargets(targets)
+	g.kv.follow(st)
 	if old != nil {
 		for name := range old.pods {
 			if st.pods[name] == nil {

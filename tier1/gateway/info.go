@@ -12,6 +12,7 @@ import (
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/tier1/picker"
+	"github.com/infergate/infergate/tier1/scrape"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -22,15 +23,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// modelEntry is one /v1/models item (OpenAI shape, plus vLLM's root and
-// parent so clients can tell adapters from base models).
+// modelEntry is one /v1/models item (OpenAI shape, plus vLLM's root,
+// parent and max_model_len so clients can tell adapters from base models
+// and size their requests).
 type modelEntry struct {
-	ID      string  `json:"id"`
-	Object  string  `json:"object"`
-	Created int64   `json:"created"`
-	OwnedBy string  `json:"owned_by"`
-	Root    string  `json:"root"`
-	Parent  *string `json:"parent"`
+	ID          string  `json:"id"`
+	Object      string  `json:"object"`
+	Created     int64   `json:"created"`
+	OwnedBy     string  `json:"owned_by"`
+	Root        string  `json:"root"`
+	Parent      *string `json:"parent"`
+	MaxModelLen int64   `json:"max_model_len,omitempty"`
 }
 
 // servedModels lists every model name the router routes: each pool's base
@@ -66,9 +69,45 @@ func (g *Gateway) handleModels(w http.ResponseWriter, r *http.Request, st *state
 		if base := served[n].cfg.Model; base != n {
 			e.Parent = &base
 		}
+		if card, ok := g.modelCard(served[n], n); ok {
+			// The engine's own card: its max_model_len, creation time,
+			// owner and root (an adapter's path, a model's weights).
+			e.Created, e.MaxModelLen = int64(card.Created), int64(card.MaxModelLen)
+			if card.OwnedBy != "" {
+				e.OwnedBy = card.OwnedBy
+			}
+			if card.Root != "" {
+				e.Root = card.Root
+			}
+		}
 		list.Data = append(list.Data, e)
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// modelCard is the card a pod of ps lists for model, preferring ready
+// pods, in the pool's order.
+func (g *Gateway) modelCard(ps *poolState, model string) (scrape.Model, bool) {
+	var found scrape.Model
+	ok := false
+	for _, rt := range ps.pods {
+		s, have := g.scraper.Get(rt.cfg.Name)
+		if !have {
+			continue
+		}
+		for _, m := range s.Models {
+			if m.ID != model {
+				continue
+			}
+			if s.ConsecutiveFailures == 0 && !s.LastSuccess.IsZero() {
+				return m, true
+			}
+			if !ok {
+				found, ok = m, true
+			}
+		}
+	}
+	return found, ok
 }
 
 // podDebug is one pod in /debug/pods.
@@ -97,6 +136,9 @@ type podDebug struct {
 	// learned one pooled with the pod's hardware class, or the GPU prior.
 	SchedulingPrefillTokensPerSec float64      `json:"scheduling_prefill_tokens_per_sec"`
 	LastScores                    *scoresDebug `json:"last_scores,omitempty"`
+	// KVEvents is the pod's KV-event state and the prefix evidence in use
+	// for it, with kv_events on (kvroute.go).
+	KVEvents *kvPodDebug `json:"kv_events,omitempty"`
 }
 
 type scoresDebug struct {
@@ -108,6 +150,7 @@ type scoresDebug struct {
 
 func (g *Gateway) handleDebugPods(w http.ResponseWriter, r *http.Request, st *state, _ bool) {
 	sat := g.sched.Saturation()
+	kvStats := g.kv.podStats()
 	var out []podDebug
 	for _, ps := range st.poolList {
 		cb := &cycleBuf{}
@@ -121,6 +164,7 @@ func (g *Gateway) handleDebugPods(w http.ResponseWriter, r *http.Request, st *st
 				Saturated: p.Ready && sat.Saturated(p), Metrics: p.Metrics, MetricsAgeMS: -1,
 				InFlight: p.InFlight, InFlightPrefill: p.InFlightPrefill, PrefillTokensPerSec: p.PrefillTokensPerSec,
 				SchedulingPrefillTokensPerSec: speeds[i],
+				KVEvents:                      g.kv.podDebug(kvStats, st, ps.cfg.Name, rt.cfg.Name),
 			}
 			if s, ok := g.scraper.Get(rt.cfg.Name); ok {
 				if !s.LastSuccess.IsZero() {

@@ -30,6 +30,7 @@ func (c *call) route(ctx context.Context) *refusal {
 	req.BlockHashes = c.cb.hashes
 	admission.Prompt(req, body.CacheSalt, body.promptBytes(c.ep))
 	c.cb.hashes = req.BlockHashes
+	c.exactPrompt(body) // exact token hashes, with kv_events on (kvroute.go)
 
 	actx, sp := c.g.startAdmission(ctx, req, pool)
 	d := c.admit(actx)

@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/infergate/infergate/tier1/config"
+	"github.com/infergate/infergate/tier1/kvevents"
 )
 
 // Labels (or annotations) a model-server pod may carry.
@@ -543,7 +544,35 @@ func (d *Discoverer) podConfig(ctx context.Context, pod *corev1.Pod, s selection
 	if pc.GPU == "" && d.cfg.NodeGPU && pod.Spec.NodeName != "" {
 		pc.GPU = d.nodeGPUOf(ctx, pod.Spec.NodeName)
 	}
+	pc.KVEventsPort = d.portAnnotation(pod, kvevents.AnnotationPort, 1)
+	pc.KVEventsReplayPort = d.portAnnotation(pod, kvevents.AnnotationReplayPort, 0)
 	return pc, true
+}
+
+// portAnnotation reads a KV-events port annotation: 0 when absent (the
+// kv_events default), -1 for a replay port of 0 (no replay). A value that
+// is not a port from lowest up is ignored, with one warning per pod and value.
+func (d *Discoverer) portAnnotation(pod *corev1.Pod, key string, lowest int) int {
+	v, ok := pod.Annotations[key]
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < lowest || n > 65535 {
+		warnKey := pod.Name + "\x00" + key + "\x00" + v
+		d.mu.Lock()
+		warn := !d.warned[warnKey]
+		d.warned[warnKey] = true
+		d.mu.Unlock()
+		if warn {
+			d.log.Warn("pod annotation ignored: not a port", "pod", pod.Name, "annotation", key, "value", v)
+		}
+		return 0
+	}
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // nodeGPUOf reads node's GPU product label once and caches it. A lookup
@@ -580,7 +609,8 @@ func (d *Discoverer) nodeGPUOf(ctx context.Context, node string) string {
 
 func podEqual(a, b config.PodConfig) bool {
 	return a.Name == b.Name && a.Address == b.Address && a.Pool == b.Pool &&
-		a.Engine == b.Engine && a.GPU == b.GPU && a.GPUs == b.GPUs && mapsEqual(a.Labels, b.Labels)
+		a.Engine == b.Engine && a.GPU == b.GPU && a.GPUs == b.GPUs && mapsEqual(a.Labels, b.Labels) &&
+		a.KVEventsPort == b.KVEventsPort && a.KVEventsReplayPort == b.KVEventsReplayPort
 }
 
 // ResourceGPU is the extended resource NVIDIA's device plugin schedules.

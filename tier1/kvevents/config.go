@@ -43,8 +43,8 @@ const (
 // Config is the KV-events block of Tier 1's configuration (the lead
 // embeds it; see docs/kv-events.md). The zero value is disabled.
 type Config struct {
-	Enabled bool   `yaml:"enabled"`
-	Mode    string `yaml:"mode"` // connect (default) or bind
+	Enabled bool   `yaml:"enabled"` // turns following KV-cache events on
+	Mode    string `yaml:"mode"`    // connect (default) or bind
 	// Port and ReplayPort are the pods' publisher and replay (ROUTER)
 	// ports in connect mode; pods may override them with the
 	// AnnotationPort / AnnotationReplayPort annotations. ReplayPort 0

@@ -87,6 +87,7 @@ var scorerSpecs = map[string]scorerSpec{
 		},
 	},
 	ScorerSessionBalance: sessionBalanceSpec,
+	ScorerPrecisePrefix:  precisePrefixSpec,
 }
 
 func knownScorers() string {
@@ -263,7 +264,7 @@ func (s *prefixScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []fl
 	if n == 0 || s.tracker == nil {
 		return // all 0: no signal
 	}
-	matched := cs.prefixMatch(s.tracker, req, pods)
+	frac := cs.cachedFractions(s.tracker, req, pods)
 	conf := 1.0
 	if s.short > 0 {
 		conf = math.Min(1, float64(n)/s.short)
@@ -273,7 +274,7 @@ func (s *prefixScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []fl
 		minLoad = min(minLoad, float64(Load(p)))
 	}
 	for i, p := range pods {
-		v := conf * req.cachedFraction(matched[i])
+		v := conf * frac[i]
 		if l := float64(Load(p)); v > 0 && l-minLoad > s.guardAbs && l > s.guardRatio*minLoad {
 			v *= s.discount
 		}
@@ -356,9 +357,9 @@ func (*latencyScorer) Name() string { return ScorerPredictedLatency }
 func (*latencyScorer) Consumes() MetricSet { return MetricWaiting | MetricKVUsage }
 
 func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []float64) {
-	var matched []int
+	var frac []float64
 	if n := len(req.BlockHashes); n > 0 && s.tracker != nil {
-		matched = cs.prefixMatch(s.tracker, req, pods)
+		frac = cs.cachedFractions(s.tracker, req, pods)
 	}
 	prior := newSpeedPrior(pods, s.defaultPrefill, s.speedPool)
 	perQueued := s.queuedTokens
@@ -368,7 +369,7 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 	best := math.Inf(1)
 	for i, p := range pods {
 		speed := prior.of(p)
-		uncached := uncachedTokens(req, matched, i)
+		uncached := uncachedTokens(req, frac, i)
 		unseen := max(p.Metrics.Waiting-p.InFlightPrefill, 0)
 		queued := float64(p.InFlightUncachedTokens) + float64(unseen)*perQueued
 		est := s.overhead + (queued+uncached)/speed
@@ -399,11 +400,11 @@ func (s *latencyScorer) Score(cs *cycleState, req *Request, pods []*Pod, out []f
 }
 
 // uncachedTokens is req's prompt estimate less the part of it pod i holds
-// as matched says (block counts from cycleState.prefixMatch; nil: none).
-func uncachedTokens(req *Request, matched []int, i int) float64 {
+// as frac says (cycleState.cachedFractions; nil: none).
+func uncachedTokens(req *Request, frac []float64, i int) float64 {
 	prompt := float64(max(req.PromptTokens, 0))
-	if matched == nil {
+	if frac == nil {
 		return prompt
 	}
-	return prompt - prompt*req.cachedFraction(matched[i])
+	return prompt - prompt*frac[i]
 }

@@ -36,6 +36,10 @@ type TrackerOptions struct {
 	// RecordAsync is set; one arriving at a full queue is not recorded
 	// (see RecordsDropped). Default 1024 (about 4 MiB of hashes).
 	RecordQueue int
+	// Exact is the exact per-pod index the engines' KV-cache events feed
+	// (precise.go); nil: the prefix index is the only evidence. For a
+	// request carrying ExactHashes, pods it reports fresh are judged by it.
+	Exact ExactIndex
 }
 
 // Tracker is the router's own view of its pods: what it sent where (the
@@ -51,6 +55,8 @@ type Tracker struct {
 	opts TrackerOptions
 	idx  *prefix.Index
 	rec  *recorder // nil unless RecordAsync
+
+	prefixSources [numPrefixSources]atomic.Uint64 // dispatches by evidence (PrefixSourceCount)
 
 	sessions sessionStore // session → pod of its last turn
 
@@ -139,7 +145,7 @@ func (t *Tracker) Dispatched(pod string, req *Request) {
 		var got [1]int
 		names[0] = pod
 		m := t.idx.Match(req.BlockHashes, names[:], got[:0])
-		uncached -= int(float64(uncached) * req.cachedFraction(m[0]))
+		uncached -= int(float64(uncached) * t.dispatchFraction(pod, req, m[0]))
 		t.record(pod, req.BlockHashes)
 	}
 	t.sessions.record(req.Session, pod)

@@ -39,6 +39,16 @@ type Request struct {
 	// prompt_cache_key, else user), "" for none. Untrusted: it only feeds
 	// the session-balance score.
 	Session string
+	// ExactHashes are the prompt's exact token ids hashed in blocks of
+	// ExactBlockSize tokens under Adapter (kvevents.HashTokens), the keys
+	// of the exact index the engines' KV-cache events feed
+	// (TrackerOptions.Exact); ExactPromptBlocks is the blocks the whole
+	// prompt spans when only the first len(ExactHashes) were hashed (0:
+	// all were). Nil when the exact tokens are unknown: the prefix
+	// evidence is then the approximate index's alone.
+	ExactHashes       []uint64
+	ExactBlockSize    int
+	ExactPromptBlocks int
 }
 
 // Metrics is the state scraped from one pod's /metrics.
@@ -93,9 +103,12 @@ type cycleState struct {
 	prefixValid bool   // prefixLen holds Match results for the candidates
 	prefixLen   []int
 	total       []float64 // the weighted sum of the scorers run so far (Result.Total)
+	fracValid   bool      // frac holds cachedFractions for the candidates
+	frac        []float64
+	ex          *exactScratch // cachedFractions' buffers, kept across cycles
 }
 
-func (c *cycleState) reset() { *c = cycleState{} }
+func (c *cycleState) reset() { *c = cycleState{ex: c.ex} }
 
 // The plugin interfaces are unexported: profiles are built from the
 // plugins named in ProfileConfig only, and there is no registry to add
