@@ -90,9 +90,12 @@ type Config struct {
 	// (docs/operations.md).
 	Status StatusConfig `yaml:"status"`
 
-	// KVEvents follows the model servers' KV-cache events and keeps an
-	// exact per-pod prefix index (docs/kv-events.md); off by default. Read
-	// at start; a change needs a restart (the pods it follows track the
+	// KVEvents follows the model servers' KV-cache events (vLLM's
+	// --kv-events-config) and keeps an exact per-pod prefix index, which
+	// the prefix scorers use for pods whose events are fresh, falling back
+	// pod by pod to the approximate index (docs/kv-events.md). Off by
+	// default: routing is then the approximate index's alone. Read at
+	// start; a change needs a restart (the pods it follows track the
 	// configuration and discovery).
 	KVEvents KVEventsConfig `yaml:"kv_events"`
 }

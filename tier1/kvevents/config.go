@@ -43,12 +43,14 @@ const (
 // Config is the KV-events block of Tier 1's configuration (the lead
 // embeds it; see docs/kv-events.md). The zero value is disabled.
 type Config struct {
-	Enabled bool   `yaml:"enabled"` // turns following KV-cache events on
+	Enabled bool   `yaml:"enabled"` // turns following KV-cache events on; off, prefix routing is approximate only
 	Mode    string `yaml:"mode"`    // connect (default) or bind
 	// Port and ReplayPort are the pods' publisher and replay (ROUTER)
-	// ports in connect mode; pods may override them with the
-	// AnnotationPort / AnnotationReplayPort annotations. ReplayPort 0
-	// turns replay off (vLLM's replay_endpoint is off by default).
+	// ports in connect mode; a pod overrides them with pods[].kv_events_port
+	// and kv_events_replay_port, or with the infergate.io/kv-events-port and
+	// infergate.io/kv-events-replay-port annotations. ReplayPort 0 turns
+	// replay off (vLLM's replay_endpoint is off by default); set it to the
+	// pods' replay port so lost events are fetched, not rebuilt.
 	Port       int `yaml:"port"`
 	ReplayPort int `yaml:"replay_port"`
 	// Listen is the SUB socket's address in bind mode
