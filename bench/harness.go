@@ -308,6 +308,7 @@ func newSim(ctx context.Context, setup Setup, pol Policy, seed uint64, stream wo
 			// A precise-prefix router tokenizes the prompt exactly and
 			// hashes it as the engine does: its keys are the engine's.
 			s.states[i].exact = engine.BlockKeys(nil, w.Adapter, w.BlockHashes, w.PromptTokens)
+			pr.ExactHashes, pr.ExactBlockSize = s.states[i].exact, engine.BlockSize
 		}
 	}
 	s.loadEvery = max(1, int(stream.Duration/opts.ScrapeInterval)/loadSamples)
@@ -366,7 +367,11 @@ func schedInput(w *workload.Request, model string, slo time.Duration, opts Optio
 // how long it takes.
 func (s *sim) trackerOptions() picker.TrackerOptions {
 	now := func() time.Time { return virtualEpoch.Add(s.loop.Now()) }
-	return picker.TrackerOptions{Sessions: picker.SessionOptions{Now: now}}
+	o := picker.TrackerOptions{Sessions: picker.SessionOptions{Now: now}}
+	if s.exact != nil {
+		o.Exact = s.exact
+	}
+	return o
 }
 
 // virtualEpoch is time zero of a run, as a wall-clock time.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"github.com/infergate/infergate/sim/engine"
+	"github.com/infergate/infergate/tier1/picker"
 )
 
 // exactIndex is a precise prefix index fed by the simulated engines' KV
@@ -62,6 +63,8 @@ func (x *exactIndex) matchOne(pod string, hashes []uint64) int {
 	}
 	return n
 }
+
+var _ picker.ExactIndex = (*exactIndex)(nil)
 
 // podEvents is one pod's engine.KVEvents listener.
 type podEvents struct{ set map[uint64]struct{} }

@@ -9,13 +9,14 @@ import (
 	"github.com/infergate/infergate/bench/scenario"
 	"github.com/infergate/infergate/bench/workload"
 	"github.com/infergate/infergate/sim/engine"
+	"github.com/infergate/infergate/tier1/picker"
 )
 
 // On cache-pressure-32b (a prefix working set several times the fleet's
 // KV) the precise policies' exact index follows the engines: every pod
 // stores more distinct blocks over the run than it can hold, yet the index
 // never holds more for a pod than the pod's KV blocks (its evictions were
-// heard).
+// heard). Tier 1's precise-prefix scorer took all its evidence from it.
 func TestExactIndexFollowsEngines(t *testing.T) {
 	sc, err := scenario.Get("cache-pressure-32b")
 	if err != nil {
@@ -24,7 +25,7 @@ func TestExactIndexFollowsEngines(t *testing.T) {
 	st := sc.Stream(201)
 	st.Requests = slices.DeleteFunc(st.Requests, func(r workload.Request) bool { return r.Arrival > 90*time.Second })
 	st.Duration = 90 * time.Second
-	for _, name := range []string{PolicyLLMDPrecise} {
+	for _, name := range []string{PolicyInfergatePrecise, PolicyLLMDPrecise} {
 		t.Run(name, func(t *testing.T) {
 			pol := mustPolicy(t, name)
 			if !pol.Precise {
@@ -57,6 +58,14 @@ func TestExactIndexFollowsEngines(t *testing.T) {
 				}
 				if n > blocks || n == 0 {
 					t.Errorf("%s: index holds %d blocks, capacity %d", p.view.Name, n, blocks)
+				}
+			}
+			if name == PolicyInfergatePrecise {
+				if got := s.tracker.PrefixSourceCount(picker.PrefixExact); got == 0 {
+					t.Error("no dispatch took the exact index's evidence")
+				}
+				if got := s.tracker.PrefixSourceCount(picker.PrefixApproximate); got != 0 {
+					t.Errorf("%d dispatches fell back to the approximate index", got)
 				}
 			}
 		})

@@ -54,6 +54,10 @@ const (
 	// commands in docs and BENCHMARKS.md still run.
 	PolicyGIEDefault = "gie-default"
 	PolicyInfergate  = "infergate"
+	// PolicyInfergatePrecise is infergate with KV events on: the
+	// precise-prefix scorer in place of the prefix scorer, judging pods by
+	// the blocks their events say they hold.
+	PolicyInfergatePrecise = "infergate-precise"
 	// PolicyLLMDPrecise is llm-d with its precise-prefix-cache-scorer in
 	// place of the approximate prefix-cache-scorer (llm-d's "precise
 	// prefix cache aware" guide): same weights, scores from the engines'
@@ -64,7 +68,7 @@ const (
 // BuiltinPolicies lists the built-in policy names (the alias gie-default
 // is accepted but not listed).
 func BuiltinPolicies() []string {
-	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate, PolicyLLMDPrecise}
+	return []string{PolicyRoundRobin, PolicyRandom, PolicyLeastRequest, PolicyGIEv15, PolicyLLMD, PolicyGIEStrengthened, PolicyInfergate, PolicyInfergatePrecise, PolicyLLMDPrecise}
 }
 
 // ParsePolicy resolves a built-in policy name or the path of a YAML
@@ -89,6 +93,18 @@ func ParsePolicy(name string) (Policy, error) {
 		return Policy{Name: name, Profile: prof(picker.GIEDefaultProfile()), Queue: true}, nil
 	case PolicyInfergate:
 		return Policy{Name: name, Profile: prof(picker.DefaultProfile()), Queue: true}, nil
+	case PolicyInfergatePrecise:
+		c := picker.DefaultProfile()
+		found := false
+		for i := range c.Scorers {
+			if c.Scorers[i].Name == picker.ScorerPrefix {
+				c.Scorers[i].Name, found = picker.ScorerPrecisePrefix, true
+			}
+		}
+		if !found {
+			return Policy{}, fmt.Errorf("policy %s: the default profile has no %s scorer to make precise", name, picker.ScorerPrefix)
+		}
+		return Policy{Name: name, Profile: prof(c), Queue: true, Precise: true}, nil
 	case PolicyLLMDPrecise:
 		c := LLMDv010Config()
 		c.Precise = true
