@@ -164,6 +164,7 @@ type kvPod struct {
 	Blocks       int    `json:"blocks"`
 	BlockSize    int    `json:"block_size"`
 	PrefixSource string `json:"prefix_source"`
+	ready        bool   // the pod's ready in /debug/pods: scraped, a candidate
 }
 
 func (s *kvStack) kvPods(t *testing.T) map[string]kvPod {
@@ -171,6 +172,7 @@ func (s *kvStack) kvPods(t *testing.T) map[string]kvPod {
 	var dbg struct {
 		Pods []struct {
 			Name     string `json:"name"`
+			Ready    bool   `json:"ready"`
 			KVEvents *kvPod `json:"kv_events"`
 		} `json:"pods"`
 	}
@@ -191,7 +193,9 @@ func (s *kvStack) kvPods(t *testing.T) map[string]kvPod {
 		if p.KVEvents == nil {
 			t.Fatalf("pod %s: no kv_events in /debug/pods with kv_events on", p.Name)
 		}
-		out[p.Name] = *p.KVEvents
+		k := *p.KVEvents
+		k.ready = p.Ready
+		out[p.Name] = k
 	}
 	return out
 }
@@ -291,15 +295,25 @@ func TestKVEventsRouting(t *testing.T) {
 		t.Fatalf("approximate, after %s's reset: %s, want %s (the approximate index does not see the reset)", w, got, w)
 	}
 
+	// The approximate Tier 1 may have picked z as w, whose reset dropped
+	// the prompt: send it to z again, straight to the pod (x holds none
+	// of it: only q's tokens reached it since its reset).
+	kvComplete(t, s.podURL(z), prompt)
+
 	// Restart the precise Tier 1 while the pods keep their caches: on
 	// connecting it replays each pod's buffered events from sequence 0,
 	// so it knows z holds the prompt before any new request.
 	s.precise.kill(t)
 	s.precise = s.startTier1(t, "precise")
 	s.waitKV(t, z, "replayed after Tier 1's restart", func(p kvPod) bool { return p.State == "fresh" && p.Blocks >= 20 })
-	s.waitKV(t, x, "replayed after Tier 1's restart", func(p kvPod) bool { return p.State == "fresh" })
+	s.waitKV(t, x, "replayed after Tier 1's restart", func(p kvPod) bool { return p.State == "fresh" && p.ready })
+	// A Tier 1 is ready once one pod is: wait until both are candidates.
+	s.waitKV(t, z, "ready after Tier 1's restart", func(p kvPod) bool { return p.ready })
 	if got := kvComplete(t, s.preciseURL, prompt); got != z {
-		t.Fatalf("precise, after Tier 1's restart: %s, want %s (replayed: it holds the whole prompt)", got, z)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, b, _ := httpDo(ctx, http.MethodGet, s.preciseURL+"/debug/pods", kvToken, "")
+		t.Fatalf("precise, after Tier 1's restart: %s, want %s (replayed: it holds the whole prompt)\n%s", got, z, b)
 	}
 
 	// Restart the pods (the simulator's process): their caches are gone,
