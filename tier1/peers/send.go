@@ -132,7 +132,11 @@ func (n *Node) send(ctx context.Context, p *peer) {
 func (n *Node) dialOptions() []grpc.DialOption {
 	var creds credentials.TransportCredentials = insecure.NewCredentials()
 	if n.opts.TLS != nil {
-		creds = &watchedCreds{TransportCredentials: credentials.NewTLS(n.opts.TLS.Client), fail: n.dialRefused}
+		var c credentials.TransportCredentials = credentials.NewTLS(n.opts.TLS.Client)
+		if n.opts.TLS.ClientFunc != nil {
+			c = newFreshClientCreds(n.opts.TLS.ClientFunc)
+		}
+		creds = &watchedCreds{TransportCredentials: c, fail: n.dialRefused}
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),

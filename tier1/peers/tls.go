@@ -23,6 +23,11 @@ type TLS struct {
 	// Client presents this replica's certificate and verifies the peer's
 	// against the mesh CA.
 	Client *tls.Config
+	// ClientFunc, when set, is called for each connection a replica dials
+	// and its configuration used instead of Client, so a rotated mesh CA
+	// bundle applies to the next connection (LoadTLS sets it; a
+	// tls.Config's RootCAs is fixed once made).
+	ClientFunc func() *tls.Config
 }
 
 // TLSFiles are the mesh's PEM files (config peers.tls).
@@ -71,7 +76,27 @@ func LoadTLS(ctx context.Context, f TLSFiles, opts tlsfiles.Options) (*TLS, erro
 	if err != nil {
 		return nil, err
 	}
-	return &TLS{Server: srv.Config(), Client: cli.Config()}, nil
+	return &TLS{Server: srv.Config(), Client: cli.Config(), ClientFunc: cli.Config}, nil
+}
+
+// freshClientCreds makes gRPC's TLS credentials from a new configuration
+// at each client handshake: gRPC's own are built on one tls.Config, whose
+// CA pool would outlive a rotation of the mesh CA bundle.
+type freshClientCreds struct {
+	credentials.TransportCredentials // for Info and the server side (unused when dialling)
+	config                           func() *tls.Config
+}
+
+func newFreshClientCreds(config func() *tls.Config) *freshClientCreds {
+	return &freshClientCreds{TransportCredentials: credentials.NewTLS(config()), config: config}
+}
+
+func (c *freshClientCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return credentials.NewTLS(c.config()).ClientHandshake(ctx, authority, conn)
+}
+
+func (c *freshClientCreds) Clone() credentials.TransportCredentials {
+	return newFreshClientCreds(c.config)
 }
 
 // watchedCreds reports failed handshakes, which gRPC otherwise only logs
