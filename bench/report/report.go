@@ -46,18 +46,25 @@ type Run struct {
 	Speeds *Speeds
 }
 
+// maxSpeedPods is the largest fleet whose learned speeds a report lists
+// pod by pod.
+const maxSpeedPods = 64
+
 // Speeds are a router's prefill speeds (tokens/s) per pod in fleet order:
 // Learned is each pod's own estimate at the end of the run (0: none yet),
 // WarmMean its time average from the end of the warm-up (the first 20% of
 // the arrival window) to the end of the arrivals, Used the speed its
 // scheduler uses at the end (pooled with the pod's class).
 type Speeds struct {
-	Seed     uint64   `json:"seed"`
-	Pods     []string `json:"pods"`
-	Classes  []string `json:"classes"` // hardware class: GPU × GPUs per pod
-	Learned  []Num    `json:"learned"`
-	WarmMean []Num    `json:"warm_mean"`
-	Used     []Num    `json:"used"`
+	Seed uint64 `json:"seed"`
+	// The per-pod lists are left out of a report of a fleet over
+	// maxSpeedPods pods (Spread and EndSpread stay): scale-1000's made
+	// its JSON 700 KB.
+	Pods     []string `json:"pods,omitempty"`
+	Classes  []string `json:"classes,omitempty"` // hardware class: GPU × GPUs per pod
+	Learned  []Num    `json:"learned,omitempty"`
+	WarmMean []Num    `json:"warm_mean,omitempty"`
+	Used     []Num    `json:"used,omitempty"`
 	// Spread is the largest max/min of WarmMean within one class (1: the
 	// pods of every class agree; NaN when no class has two learned),
 	// EndSpread the same of Learned.
@@ -282,6 +289,9 @@ func summarizePolicy(name string, rs []Run) Policy {
 		if r.Speeds != nil {
 			sp := *r.Speeds
 			sp.Seed, sp.Spread, sp.EndSpread = r.Seed, Num(sp.ClassSpread(sp.WarmMean)), Num(sp.ClassSpread(sp.Learned))
+			if len(sp.Pods) > maxSpeedPods {
+				sp.Pods, sp.Classes, sp.Learned, sp.WarmMean, sp.Used = nil, nil, nil, nil, nil
+			}
 			p.LearnedSpeeds = append(p.LearnedSpeeds, sp)
 		}
 	}
