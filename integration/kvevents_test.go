@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,11 +71,7 @@ func startKVStack(t *testing.T) *kvStack {
 
 func (s *kvStack) write(t *testing.T, name, content string) string {
 	t.Helper()
-	path := filepath.Join(s.dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeIn(t, s.dir, name, content)
 }
 
 func (s *kvStack) startSim(t *testing.T) {

@@ -133,7 +133,13 @@ func startStackOpts(t *testing.T, o stackOptions) *stack {
 
 func (s *stack) write(t *testing.T, name, content string) string {
 	t.Helper()
-	path := filepath.Join(s.dir, name)
+	return writeIn(t, s.dir, name, content)
+}
+
+// writeIn writes content to dir/name (0600) and returns the path.
+func writeIn(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
