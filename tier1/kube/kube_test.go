@@ -678,6 +678,7 @@ func (c *cluster) testChurn(t *testing.T) {
 		total    = 200                     // pods created and deleted
 		rate     = 20                      // pods per second
 		lifetime = 1500 * time.Millisecond // ready for this long
+		grace    = time.Second             // serving after the router dropped it
 	)
 	ns := c.namespace(t)
 	app := map[string]string{"app": "vllm"}
@@ -732,9 +733,13 @@ func (c *cluster) testChurn(t *testing.T) {
 			time.Sleep(lifetime)
 			c.terminate(t, ns, name)
 			r.waitLeft(t, name)
-			// What a kubelet does after the grace period: the server
-			// stops, the pod object goes.
-			time.Sleep(100 * time.Millisecond)
+			// What a kubelet does after the grace period (30 s by
+			// default; shortened here): the server stops, the pod
+			// object goes. A request ranked just before the pod left
+			// may still be dialling it; under the race detector on a
+			// loaded CI machine that took over 100 ms, so the grace is
+			// a second, still far below any real one.
+			time.Sleep(grace)
 			_ = s.pod.Close()
 			c.forceDelete(t, ns, name)
 		}()
