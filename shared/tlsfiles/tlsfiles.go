@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/infergate/infergate/shared/metric"
 )
 
 // Server is a listener's TLS block in a config file. It is off while
@@ -165,18 +167,11 @@ type Metrics struct {
 // NewMetrics registers the TLS series on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tls_reloads_total",
-			Help: "TLS certificate reloads after the files changed, by configuration and result (ok, error).",
-		}, []string{"name", "result"}),
-		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_tls_reload_failing",
-			Help: "1 while the TLS files on disk cannot be loaded and the previous certificate is still served.",
-		}, []string{"name"}),
-		notAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_tls_certificate_expiry_timestamp_seconds",
-			Help: "Unix time the certificate in use expires.",
-		}, []string{"name"}),
+		reloads: metric.Counter("infergate_tls_reloads_total",
+			"TLS certificate reloads after the files changed, by configuration and result (ok, error).", "name", "result"),
+		failing: metric.Gauge("infergate_tls_reload_failing",
+			"1 while the TLS files on disk cannot be loaded and the previous certificate is still served.", "name"),
+		notAfter: metric.Gauge("infergate_tls_certificate_expiry_timestamp_seconds", "Unix time the certificate in use expires.", "name"),
 	}
 	for _, c := range []prometheus.Collector{m.reloads, m.failing, m.notAfter} {
 		if err := reg.Register(c); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/infergate/infergate/shared/jsonkeys"
+	"github.com/infergate/infergate/shared/metric"
 	"github.com/infergate/infergate/tier1/kvevents"
 	"github.com/infergate/infergate/tier1/picker"
 	"github.com/infergate/infergate/tier1/tokenize"
@@ -80,10 +81,9 @@ func newKVRouting(cfg *Config, reg prometheus.Registerer, log *slog.Logger) (*kv
 	if k.sub, err = kvevents.New(kc, k.idx, kvevents.Options{Logger: log, Metrics: m}); err != nil {
 		return nil, fmt.Errorf("kv_events: %w", err)
 	}
-	exact := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "infergate_tier1_exact_tokens_total",
-		Help: "Requests by whether their exact prompt tokens were known for precise prefix routing: exact, truncated (the first part of a long prompt), no_tokenizer, unsupported (tools, images, batches, other APIs), error (the chat template failed), cache_salt, no_fresh_pod (no pod of the pool has fresh KV events).",
-	}, []string{"result"})
+	exact := metric.Counter("infergate_tier1_exact_tokens_total",
+		"Requests by whether their exact prompt tokens were known for precise prefix routing: exact, truncated (the first part of a long prompt), no_tokenizer, unsupported (tools, images, batches, other APIs), error (the chat template failed), cache_salt, no_fresh_pod (no pod of the pool has fresh KV events).",
+		"result")
 	for r := range nExactResults {
 		k.exactTokens[r] = exact.WithLabelValues(exactResult(r).String())
 	}

@@ -1,6 +1,10 @@
 package gateway
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/infergate/infergate/shared/metric"
+)
 
 // metrics are the router's own Prometheus series (scrape series live in
 // tier1/scrape and share the registry).
@@ -16,50 +20,24 @@ type metrics struct {
 	reloads   *prometheus.CounterVec
 }
 
-var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
-
 func newMetrics(reg prometheus.Registerer) *metrics {
+	latency := metric.LatencyBuckets()
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_requests_total",
-			Help: "Requests handled, by model, pool, pod that served (\"\" if none) and HTTP status.",
-		}, []string{"model", "pool", "pod", "status"}),
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_tier1_ttft_seconds",
-			Help:    "Router-seen time to first response byte (first streamed event), from request arrival.",
-			Buckets: latencyBuckets,
-		}, []string{"model", "pool"}),
-		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_tier1_request_duration_seconds",
-			Help:    "Router-seen end-to-end request duration.",
-			Buckets: latencyBuckets,
-		}, []string{"model", "pool"}),
-		scores: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_tier1_chosen_pod_score",
-			Help:    "Per-scorer score, in [0,1], of the pod each request was first sent to.",
-			Buckets: prometheus.LinearBuckets(0.1, 0.1, 10),
-		}, []string{"pool", "scorer"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_retries_total",
-			Help: "Attempts retried on the next-best pod, by reason of the failed attempt.",
-		}, []string{"pool", "reason"}),
-		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "infergate_tier1_queue_wait_seconds",
-			Help:    "Time requests waited in the router's queue while every pod was saturated.",
-			Buckets: latencyBuckets,
-		}, []string{"pool"}),
-		queueLen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_tier1_queue_length",
-			Help: "Requests waiting in the router's queue.",
-		}, []string{"pool"}),
-		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_shed_total",
-			Help: "Sheddable requests rejected with 429 because every pod was saturated.",
-		}, []string{"model", "pool"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_config_reloads_total",
-			Help: "Configuration reloads, by result (ok, error).",
-		}, []string{"result"}),
+		requests: metric.Counter("infergate_tier1_requests_total",
+			"Requests handled, by model, pool, pod that served (\"\" if none) and HTTP status.", "model", "pool", "pod", "status"),
+		ttft: metric.Histogram("infergate_tier1_ttft_seconds",
+			"Router-seen time to first response byte (first streamed event), from request arrival.", latency, "model", "pool"),
+		e2e: metric.Histogram("infergate_tier1_request_duration_seconds", "Router-seen end-to-end request duration.", latency, "model", "pool"),
+		scores: metric.Histogram("infergate_tier1_chosen_pod_score",
+			"Per-scorer score, in [0,1], of the pod each request was first sent to.", prometheus.LinearBuckets(0.1, 0.1, 10), "pool", "scorer"),
+		retries: metric.Counter("infergate_tier1_retries_total",
+			"Attempts retried on the next-best pod, by reason of the failed attempt.", "pool", "reason"),
+		queueWait: metric.Histogram("infergate_tier1_queue_wait_seconds",
+			"Time requests waited in the router's queue while every pod was saturated.", latency, "pool"),
+		queueLen: metric.Gauge("infergate_tier1_queue_length", "Requests waiting in the router's queue.", "pool"),
+		shed: metric.Counter("infergate_tier1_shed_total",
+			"Sheddable requests rejected with 429 because every pod was saturated.", "model", "pool"),
+		reloads: metric.Counter("infergate_tier1_config_reloads_total", "Configuration reloads, by result (ok, error).", "result"),
 	}
 	reg.MustRegister(m.requests, m.ttft, m.e2e, m.scores, m.retries, m.queueWait, m.queueLen, m.shed, m.reloads)
 	return m

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/infergate/infergate/shared/metric"
 )
 
 // Metrics are the subscriber's and the index's Prometheus metrics. Every
@@ -38,30 +40,17 @@ var errorReasons = []string{reasonConnect, reasonRecv, reasonLimit, reasonFrame,
 // idx's per-pod state, blocks and memory at scrape time.
 func NewMetrics(reg prometheus.Registerer, idx *Index) (*Metrics, error) {
 	m := &Metrics{
-		messages: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "infergate_tier1_kv_events_messages_total",
-			Help: "KV-event messages received from pods (live and replayed).",
-		}),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_kv_events_total",
-			Help: "KV-cache events applied to the index, by type.",
-		}, []string{"type"}),
-		errs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_kv_events_errors_total",
-			Help: "KV-event subscriber errors, by reason (connect, recv, limit, frame, decode, unknown_pod, overflow, replay).",
-		}, []string{"reason"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_kv_index_dropped_blocks_total",
-			Help: "Stored blocks not indexed, by reason (cap, orphan, medium, block_size, inconsistent).",
-		}, []string{"reason"}),
-		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_kv_events_gaps_total",
-			Help: "Sequence gaps in a pod's event stream, by outcome (replayed, unrepaired).",
-		}, []string{"outcome"}),
-		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_kv_index_resets_total",
-			Help: "Times a pod's entries were dropped, by reason (restart, publisher_gone, gap, joined, decode_error).",
-		}, []string{"reason"}),
+		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "infergate_tier1_kv_events_messages_total",
+			Help: "KV-event messages received from pods (live and replayed)."}),
+		events: metric.Counter("infergate_tier1_kv_events_total", "KV-cache events applied to the index, by type.", "type"),
+		errs: metric.Counter("infergate_tier1_kv_events_errors_total",
+			"KV-event subscriber errors, by reason (connect, recv, limit, frame, decode, unknown_pod, overflow, replay).", "reason"),
+		dropped: metric.Counter("infergate_tier1_kv_index_dropped_blocks_total",
+			"Stored blocks not indexed, by reason (cap, orphan, medium, block_size, inconsistent).", "reason"),
+		gaps: metric.Counter("infergate_tier1_kv_events_gaps_total",
+			"Sequence gaps in a pod's event stream, by outcome (replayed, unrepaired).", "outcome"),
+		resets: metric.Counter("infergate_tier1_kv_index_resets_total",
+			"Times a pod's entries were dropped, by reason (restart, publisher_gone, gap, joined, decode_error).", "reason"),
 	}
 	for _, r := range errorReasons {
 		m.errs.WithLabelValues(r)
@@ -69,10 +58,8 @@ func NewMetrics(reg prometheus.Registerer, idx *Index) (*Metrics, error) {
 	for _, k := range []EventKind{KindBlockStored, KindBlockRemoved, KindAllBlocksCleared, KindUnknown} {
 		m.events.WithLabelValues(k.String())
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.events, m.errs, m.dropped, m.gaps, m.resets, &indexCollector{idx: idx}} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register kv-events metrics: %w", err)
-		}
+	if err := metric.Register(reg, m.messages, m.events, m.errs, m.dropped, m.gaps, m.resets, &indexCollector{idx: idx}); err != nil {
+		return nil, fmt.Errorf("kv-events: %w", err)
 	}
 	return m, nil
 }

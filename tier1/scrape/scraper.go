@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/infergate/infergate/shared/getjson"
+	"github.com/infergate/infergate/shared/metric"
 	"github.com/infergate/infergate/tier1/picker"
 )
 
@@ -255,19 +256,11 @@ func New(ctx context.Context, opts Options) *Scraper {
 		ctx:     ctx,
 		epoch:   time.Now(),
 		targets: map[string]*target{},
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier1_scrape_errors_total",
-			Help: "Failed scrapes of a pod's /metrics.",
-		}, []string{"pod"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "infergate_tier1_scrape_duration_seconds",
-			Help:    "Time to fetch and parse one pod's /metrics.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-		}),
-		missing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_tier1_scorer_input_missing",
-			Help: "1 when a pod's engine does not export a metric an enabled scorer needs.",
-		}, []string{"pod", "metric"}),
+		errors:  metric.Counter("infergate_tier1_scrape_errors_total", "Failed scrapes of a pod's /metrics.", "pod"),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "infergate_tier1_scrape_duration_seconds",
+			Help: "Time to fetch and parse one pod's /metrics.", Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
+		missing: metric.Gauge("infergate_tier1_scorer_input_missing",
+			"1 when a pod's engine does not export a metric an enabled scorer needs.", "pod", "metric"),
 	}
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(s.errors, s.duration, s.missing, ageCollector{s})

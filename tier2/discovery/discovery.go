@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/config"
+	"github.com/infergate/infergate/shared/metric"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -139,14 +140,8 @@ func New(opts Options) (*Discovery, error) {
 		log:      opts.Logger.With("component", "discovery"),
 		clusters: normalise(opts.Static),
 		changed:  make(chan struct{}),
-		mQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_discovery_queries_total",
-			Help: "Consul health queries by result (ok, error).",
-		}, []string{"result"}),
-		mCount: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "infergate_tier2_discovery_clusters",
-			Help: "Tier 1 clusters currently known.",
-		}),
+		mQueries: metric.Counter("infergate_tier2_discovery_queries_total", "Consul health queries by result (ok, error).", "result"),
+		mCount:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "infergate_tier2_discovery_clusters", Help: "Tier 1 clusters currently known."}),
 	}
 	d.mCount.Set(float64(len(d.clusters)))
 	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -160,10 +155,8 @@ func New(opts Options) (*Discovery, error) {
 		}
 		return time.Since(d.lastGood).Seconds()
 	})
-	for _, c := range []prometheus.Collector{d.mQueries, d.mCount, age} {
-		if err := opts.Registry.Register(c); err != nil {
-			return nil, fmt.Errorf("discovery: register metrics: %w", err)
-		}
+	if err := metric.Register(opts.Registry, d.mQueries, d.mCount, age); err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	if opts.Consul != nil {
 		c := *opts.Consul

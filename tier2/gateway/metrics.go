@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/infergate/infergate/shared/metric"
 )
 
 // metrics are the gateway's own series (tier2/route has the routing's);
@@ -28,42 +30,31 @@ type metrics struct {
 // OtherLabel stands for the tenants and models past the label bounds.
 const OtherLabel = "other"
 
-// latencyBuckets are the seconds buckets of both tiers' latency
-// histograms, from 5 ms to 2 min.
-var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
-
 // newMetrics registers the gateway's series on reg.
 func newMetrics(reg prometheus.Registerer, maxTenants, maxModels int) (metrics, error) {
-	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
-	}
-	histogram := func(name, help string, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets}, labels)
-	}
+	latency := metric.LatencyBuckets()
 	m := metrics{
-		mRequests: counter("infergate_tier2_requests_total",
+		mRequests: metric.Counter("infergate_tier2_requests_total",
 			"Requests answered by Tier 2, by endpoint, HTTP status, tenant, model, and the cluster and region that answered (\"\" if none).",
 			"endpoint", "status", "tenant", "model", "cluster", "region"),
-		mDuration: histogram("infergate_tier2_request_duration_seconds",
-			"Time from request to the end of the response, by endpoint, model and the cluster that answered.", "endpoint", "model", "cluster"),
-		mTTFT: histogram("infergate_tier2_ttft_seconds",
-			"Time from request to a stream's first event relayed to the client, by model and cluster.", "model", "cluster"),
+		mDuration: metric.Histogram("infergate_tier2_request_duration_seconds",
+			"Time from request to the end of the response, by endpoint, model and the cluster that answered.", latency, "endpoint", "model", "cluster"),
+		mTTFT: metric.Histogram("infergate_tier2_ttft_seconds",
+			"Time from request to a stream's first event relayed to the client, by model and cluster.", latency, "model", "cluster"),
 		mFailovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "infergate_tier2_failovers_total",
 			Help: "Attempts that failed before any byte reached the client and moved on to another cluster."}),
-		mLimited: counter("infergate_tier2_ratelimited_total",
+		mLimited: metric.Counter("infergate_tier2_ratelimited_total",
 			"Requests refused with 429 by the tenant's limits, by the limit that tripped (rpm, tpm, concurrency, budget).", "tenant", "limit"),
-		mTokens: counter("infergate_tier2_tokens_total",
+		mTokens: metric.Counter("infergate_tier2_tokens_total",
 			"Tokens served, from the responses' usage, by tenant, model, cluster and type (prompt, completion).", "tenant", "model", "cluster", "type"),
-		mCost: counter("infergate_tier2_cost_total",
+		mCost: metric.Counter("infergate_tier2_cost_total",
 			"Estimated spend, in the clusters' currency: tokens × the cluster's cost per million tokens (per-GPU-hour costs converted with routing.tokens_per_gpu_second).",
 			"tenant", "model", "cluster"),
 		tenantLabels: newLabelSet(maxTenants),
 		modelLabels:  newLabelSet(maxModels),
 	}
-	for _, c := range []prometheus.Collector{m.mRequests, m.mDuration, m.mTTFT, m.mFailovers, m.mLimited, m.mTokens, m.mCost} {
-		if err := reg.Register(c); err != nil {
-			return metrics{}, fmt.Errorf("gateway: register metrics: %w", err)
-		}
+	if err := metric.Register(reg, m.mRequests, m.mDuration, m.mTTFT, m.mFailovers, m.mLimited, m.mTokens, m.mCost); err != nil {
+		return metrics{}, fmt.Errorf("gateway: %w", err)
 	}
 	return m, nil
 }

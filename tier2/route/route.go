@@ -42,6 +42,7 @@ import (
 
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/getjson"
+	"github.com/infergate/infergate/shared/metric"
 	"github.com/infergate/infergate/tier2/discovery"
 )
 
@@ -291,35 +292,21 @@ func New(src Source, opts Options) (*Router, error) {
 		opts:   opts,
 		log:    opts.Logger.With("component", "route"),
 		states: map[string]*clusterState{},
-		mDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_route_decisions_total",
-			Help: "Requests dispatched to a Tier 1 cluster, by why it was chosen.",
-		}, []string{"cluster", "region", "reason"}),
-		mBreaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_tier2_breaker_state",
-			Help: "Circuit breaker state per cluster and model: 0 closed, 1 half-open, 2 open.",
-		}, []string{"cluster", "model"}),
-		mTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_breaker_transitions_total",
-			Help: "Circuit breaker state changes, by the state entered.",
-		}, []string{"cluster", "model", "to"}),
-		mPolls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_load_polls_total",
-			Help: "Load-summary polls of Tier 1 clusters, by result (ok, error).",
-		}, []string{"cluster", "result"}),
-		mUtil: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infergate_tier2_cluster_utilization",
-			Help: "Estimated utilisation of a cluster from its last load summary (1 = full).",
-		}, []string{"cluster"}),
-		mAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infergate_tier2_attempts_total",
-			Help: "Attempts to Tier 1 clusters, by outcome (ok, failure, excluded).",
-		}, []string{"cluster", "outcome"}),
+		mDecisions: metric.Counter("infergate_tier2_route_decisions_total",
+			"Requests dispatched to a Tier 1 cluster, by why it was chosen.", "cluster", "region", "reason"),
+		mBreaker: metric.Gauge("infergate_tier2_breaker_state",
+			"Circuit breaker state per cluster and model: 0 closed, 1 half-open, 2 open.", "cluster", "model"),
+		mTransitions: metric.Counter("infergate_tier2_breaker_transitions_total",
+			"Circuit breaker state changes, by the state entered.", "cluster", "model", "to"),
+		mPolls: metric.Counter("infergate_tier2_load_polls_total",
+			"Load-summary polls of Tier 1 clusters, by result (ok, error).", "cluster", "result"),
+		mUtil: metric.Gauge("infergate_tier2_cluster_utilization",
+			"Estimated utilisation of a cluster from its last load summary (1 = full).", "cluster"),
+		mAttempts: metric.Counter("infergate_tier2_attempts_total",
+			"Attempts to Tier 1 clusters, by outcome (ok, failure, excluded).", "cluster", "outcome"),
 	}
-	for _, c := range []prometheus.Collector{r.mDecisions, r.mBreaker, r.mTransitions, r.mPolls, r.mUtil, r.mAttempts} {
-		if err := opts.Registry.Register(c); err != nil {
-			return nil, fmt.Errorf("route: register metrics: %w", err)
-		}
+	if err := metric.Register(opts.Registry, r.mDecisions, r.mBreaker, r.mTransitions, r.mPolls, r.mUtil, r.mAttempts); err != nil {
+		return nil, fmt.Errorf("route: %w", err)
 	}
 	return r, nil
 }
