@@ -368,7 +368,7 @@ func TestRelayAttackChangesNothing(t *testing.T) {
 	before := picks(t, victim.tr, "p0", "p1")
 	// The check can fail: applied, the payload sends every pick
 	// to p1.
-	poisoned := picker.NewTracker(picker.TrackerOptions{})
+	poisoned := picker.NewTracker(picker.TrackerOptions{Index: exactIndex})
 	poisoned.SetRemote("x", "p0", picker.ReplicaLoad{InFlight: 1 << 31, Prefill: 1 << 31, Version: math.MaxUint64})
 	if got := picks(t, poisoned, "p0", "p1"); slices.Equal(got, before) {
 		t.Fatalf("picks %v do not depend on the poisoned count; the test could not fail", got)

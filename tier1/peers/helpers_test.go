@@ -15,6 +15,8 @@ import (
 	"github.com/infergate/infergate/internal/testpki"
 	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/tier1/picker"
+
+	"github.com/infergate/infergate/tier1/prefix"
 )
 
 // meshPKI is a mesh CA and the certificates it issues, written to files
@@ -87,7 +89,7 @@ func listenOn(t *testing.T, addr string) net.Listener {
 
 func start(t *testing.T, ln net.Listener, opts Options, peers *Static) *replica {
 	t.Helper()
-	return startWith(t, picker.NewTracker(picker.TrackerOptions{}), ln, opts, peers)
+	return startWith(t, picker.NewTracker(picker.TrackerOptions{Index: exactIndex}), ln, opts, peers)
 }
 
 func startWith(t *testing.T, tr *picker.Tracker, ln net.Listener, opts Options, peers *Static) *replica {
@@ -192,3 +194,6 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 func tlsOptions() tlsfiles.Options { return tlsfiles.Options{Interval: -1} }
 
 func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+// exactIndex keeps every block, for tests that count blocks exactly.
+var exactIndex = prefix.IndexOptions{Stride: 1}

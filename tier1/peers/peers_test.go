@@ -110,7 +110,7 @@ func TestReachedTwiceCountsOnce(t *testing.T) {
 }
 
 func TestNoTLSNeedsExplicitOptOut(t *testing.T) {
-	tr := picker.NewTracker(picker.TrackerOptions{})
+	tr := picker.NewTracker(picker.TrackerOptions{Index: exactIndex})
 	if _, err := New(tr, Options{}); err == nil {
 		t.Fatal("New without TLS or InsecurePlaintext succeeded")
 	}
@@ -148,7 +148,7 @@ func TestLoadTLSRefusesForeignCertificate(t *testing.T) {
 }
 
 func TestQueueFullDropsAndCounts(t *testing.T) {
-	tr := picker.NewTracker(picker.TrackerOptions{})
+	tr := picker.NewTracker(picker.TrackerOptions{Index: exactIndex})
 	n, err := New(tr, Options{InsecurePlaintext: true, QueueLen: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestHashKey(t *testing.T) {
 	}
 	pki := newMeshPKI(t, "mesh")
 	keyed := func() *picker.Tracker {
-		tr := picker.NewTracker(picker.TrackerOptions{})
+		tr := picker.NewTracker(picker.TrackerOptions{Index: exactIndex})
 		tr.Index().SetKey(key)
 		return tr
 	}

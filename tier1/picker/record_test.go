@@ -71,7 +71,7 @@ func TestTrackerRecordAsync(t *testing.T) {
 // dispatches beyond the bound are counted as dropped, not recorded, and
 // the accounting of in-flight requests is unaffected.
 func TestTrackerRecordQueueFull(t *testing.T) {
-	tr := NewTracker(TrackerOptions{RecordAsync: true, RecordQueue: 3})
+	tr := NewTracker(TrackerOptions{RecordAsync: true, RecordQueue: 3, Index: exactIndex})
 	tr.rec.busy.Lock()
 	for i := range 5 {
 		tr.Dispatched(fmt.Sprintf("p%d", i), &Request{PromptTokens: 64, BlockHashes: hashes(1, 1, fmt.Sprint(i))})

@@ -18,7 +18,7 @@ func (o *recObserver) Changed(pod string, l ReplicaLoad)  { o.loads = append(o.l
 func (o *recObserver) Sampled(string, int, time.Duration) {}
 
 func TestTrackerRemote(t *testing.T) {
-	tr := NewTracker(TrackerOptions{})
+	tr := NewTracker(TrackerOptions{Index: exactIndex})
 	obs := &recObserver{}
 	tr.SetObserver(obs)
 	r := &Request{PromptTokens: 100, BlockHashes: hashes(4, 0, "")}

@@ -127,7 +127,7 @@ func TestPrefixScorer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(TrackerOptions{})
+			tr := NewTracker(TrackerOptions{Index: exactIndex})
 			for pod, hs := range tt.record {
 				tr.Index().Record(pod, hs)
 			}
@@ -140,7 +140,7 @@ func TestPrefixScorer(t *testing.T) {
 	// Only the first 40 of the prompt's 100 blocks were hashed: holding
 	// all 40 is holding 40% of the prompt, not all of it.
 	t.Run("long prompt: share of the whole prompt", func(t *testing.T) {
-		tr := NewTracker(TrackerOptions{})
+		tr := NewTracker(TrackerOptions{Index: exactIndex})
 		tr.Index().Record("a", h)
 		tr.Index().Record("b", h[:10])
 		got := scoreOnly(t, ScorerPrefix, nil, tr, &Request{BlockHashes: h, PromptBlocks: 100}, []*Pod{mkPod("a"), mkPod("b"), mkPod("c")})

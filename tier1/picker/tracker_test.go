@@ -5,10 +5,12 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/infergate/infergate/tier1/prefix"
 )
 
 func TestTrackerAccounting(t *testing.T) {
-	tr := NewTracker(TrackerOptions{})
+	tr := NewTracker(TrackerOptions{Index: exactIndex})
 	h := hashes(16, 0, "")
 	r1 := &Request{PromptTokens: 1000, BlockHashes: h}
 	r2 := &Request{PromptTokens: 1000, BlockHashes: h}
@@ -153,3 +155,6 @@ func TestTrackerLongPromptUncached(t *testing.T) {
 		t.Fatalf("uncached in flight %d, want %d", got, want)
 	}
 }
+
+// exactIndex keeps every block, for tests that count blocks exactly.
+var exactIndex = prefix.IndexOptions{Stride: 1}

@@ -154,7 +154,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 		h := make([]uint64, 512)
 		for p := range 100 {
 			name := fmt.Sprintf("pod-%d", p)
-			for x.PodLen(name) < x.Options().MaxBlocksPerPod {
+			for x.PodLen(name) < x.Options().MaxBlocksPerPod/x.Options().Stride {
 				for i := range h {
 					h[i] = r.Uint64()
 				}
@@ -262,8 +262,14 @@ func benchIndexParallel(b *testing.B, nreq int) {
 // its own per-pod bound, so every new block evicts that pod's oldest one
 // and the index never reaches MaxBlocks.
 func BenchmarkIndexRecordPool16(b *testing.B) {
+	for _, stride := range []int{1, DefaultStride} {
+		b.Run(fmt.Sprintf("stride=%d", stride), func(b *testing.B) { benchRecordPool16(b, stride) })
+	}
+}
+
+func benchRecordPool16(b *testing.B, stride int) {
 	const pods = 16
-	x := NewIndex(IndexOptions{})
+	x := NewIndex(IndexOptions{Stride: stride})
 	r := rand.New(rand.NewPCG(7, 8))
 	sys := make([][]uint64, 8)
 	for i := range sys {

@@ -13,11 +13,25 @@ const (
 	DefaultPodBlocks   = 1 << 15
 )
 
-// IndexOptions bounds an Index. Capacities count (block, pod) entries.
+// DefaultStride is how many of a prompt's blocks one index entry stands
+// for. Keeping every 4th block's hash (and the last's) costs a quarter of
+// the memory and of the cache misses of recording every block, which were
+// over a quarter of Tier 1's CPU per request on unique 32 KB prompts
+// (docs/performance.md#cpu-per-request); a match is then known to within
+// 3 blocks (≈ 48 tokens), well below what moves a prefix score.
+const DefaultStride = 4
+
+// IndexOptions bounds an Index. Capacities count blocks; with a stride s
+// the index holds a 1/s as many entries, each standing for s blocks.
 // The zero value uses the defaults.
 type IndexOptions struct {
 	MaxBlocks       int // whole index; default DefaultIndexBlocks
 	MaxBlocksPerPod int // per pod; default DefaultPodBlocks
+	// Stride keeps one entry per Stride blocks of a prompt: blocks
+	// Stride−1, 2·Stride−1, … and its last block. Chained hashes make
+	// each entry stand for every block before it. Default DefaultStride;
+	// 1 keeps every block.
+	Stride int
 }
 
 func (o IndexOptions) withDefaults() IndexOptions {
@@ -29,6 +43,9 @@ func (o IndexOptions) withDefaults() IndexOptions {
 	}
 	if o.MaxBlocksPerPod > o.MaxBlocks {
 		o.MaxBlocksPerPod = o.MaxBlocks
+	}
+	if o.Stride <= 0 {
+		o.Stride = DefaultStride
 	}
 	return o
 }
@@ -142,8 +159,10 @@ type shard struct {
 // NewIndex returns an empty index.
 func NewIndex(opts IndexOptions) *Index {
 	opts = opts.withDefaults()
+	st := opts.Stride
+	maxEntries, podEntries := max(opts.MaxBlocks/st, 1), max(opts.MaxBlocksPerPod/st, 1)
 	n := 1
-	if opts.MaxBlocksPerPod >= minShardPodBlocks {
+	if podEntries >= minShardPodBlocks {
 		n = numShards
 	}
 	x := &Index{
@@ -153,23 +172,24 @@ func NewIndex(opts IndexOptions) *Index {
 	}
 	for i := range x.shards {
 		x.shards[i] = shard{
-			maxBlocks: opts.MaxBlocks / n,
-			maxPerPod: opts.MaxBlocksPerPod / n,
+			maxBlocks: maxEntries / n,
+			maxPerPod: podEntries / n,
 			free:      nilNode,
 			victim:    nilNode,
 		}
 	}
-	x.opts = IndexOptions{MaxBlocks: opts.MaxBlocks / n * n, MaxBlocksPerPod: opts.MaxBlocksPerPod / n * n}
+	x.opts = IndexOptions{MaxBlocks: maxEntries / n * n * st, MaxBlocksPerPod: podEntries / n * n * st, Stride: st}
 	return x
 }
 
 // Options returns the index's effective options (capacities are rounded
-// down to a multiple of the shard count).
+// down to a multiple of the stride times the shard count).
 func (x *Index) Options() IndexOptions { return x.opts }
 
 func (x *Index) shardOf(h uint64) *shard { return &x.shards[h&x.mask] }
 
-// Len returns the number of (block, pod) entries held.
+// Len returns the number of (block, pod) entries held: with a stride s,
+// one per s blocks recorded.
 func (x *Index) Len() int {
 	n := 0
 	for i := range x.shards {
@@ -181,7 +201,8 @@ func (x *Index) Len() int {
 	return n
 }
 
-// PodLen returns the number of blocks recorded for pod.
+// PodLen returns the number of entries recorded for pod (one per stride
+// blocks).
 func (x *Index) PodLen(pod string) int {
 	x.reg.RLock()
 	defer x.reg.RUnlock()
@@ -222,19 +243,38 @@ func (x *Index) PodLen(pod string) int {
 // keep pace, which uniform hashing makes close.
 func (x *Index) Record(pod string, hashes []uint64) {
 	k := x.key.Load()
-	if k == nil || len(hashes) == 0 {
-		x.RecordKeyed(pod, hashes)
+	if len(hashes) == 0 {
+		return
+	}
+	hashes = hashes[:min(len(hashes), x.opts.MaxBlocksPerPod)]
+	if k == nil && x.opts.Stride == 1 {
+		x.record(pod, hashes)
 		return
 	}
 	bp, _ := x.keyed.Get().(*[]uint64)
 	if bp == nil {
 		bp = new([]uint64)
 	}
-	buf := append((*bp)[:0], hashes[:min(len(hashes), x.opts.MaxBlocksPerPod)]...)
-	k.Apply(buf)
-	x.RecordKeyed(pod, buf)
+	buf := x.sample((*bp)[:0], hashes)
+	if k != nil {
+		k.Apply(buf)
+	}
+	x.record(pod, buf)
 	*bp = buf
 	x.keyed.Put(bp)
+}
+
+// sample appends to dst the hashes of the blocks the index keeps of a
+// prompt with these hashes (see IndexOptions.Stride) and returns it.
+func (x *Index) sample(dst, hashes []uint64) []uint64 {
+	st, n := x.opts.Stride, len(hashes)
+	for i := st - 1; i < n; i += st {
+		dst = append(dst, hashes[i])
+	}
+	if n%st != 0 {
+		dst = append(dst, hashes[n-1])
+	}
+	return dst
 }
 
 // RecordKeyed is Record for hashes already keyed with the index's key (a
@@ -243,9 +283,23 @@ func (x *Index) RecordKeyed(pod string, hashes []uint64) {
 	if len(hashes) == 0 {
 		return
 	}
-	if len(hashes) > x.opts.MaxBlocksPerPod {
-		hashes = hashes[:x.opts.MaxBlocksPerPod]
+	hashes = hashes[:min(len(hashes), x.opts.MaxBlocksPerPod)]
+	if x.opts.Stride == 1 {
+		x.record(pod, hashes)
+		return
 	}
+	bp, _ := x.keyed.Get().(*[]uint64)
+	if bp == nil {
+		bp = new([]uint64)
+	}
+	buf := x.sample((*bp)[:0], hashes)
+	x.record(pod, buf)
+	*bp = buf
+	x.keyed.Put(bp)
+}
+
+// record puts a prompt's kept, keyed hashes in the index for pod.
+func (x *Index) record(pod string, hashes []uint64) {
 	id := x.lockPod(pod)
 	defer x.reg.RUnlock()
 	if len(x.shards) == 1 {
@@ -575,12 +629,14 @@ type matchScratch struct {
 	act  []int32  // active pod ids
 	all  []int32  // every candidate id, to reset pos
 	gen  uint32
-	fp   uint32 // sum of podMix over act
+	fp   uint32   // sum of podMix over act
+	kept []uint64 // the request's kept hashes (IndexOptions.Stride)
 }
 
 // Match writes to dst[:len(pods)] the number of leading blocks of hashes
-// each pod is believed to hold, and returns it. It allocates only if dst is
-// too small.
+// each pod is believed to hold, and returns it. With a stride s the count
+// is a multiple of s (or all of hashes): the pod may hold up to s−1 blocks
+// more. It allocates only if dst is too small.
 //
 // It assumes the per-pod sets are prefix-closed (a pod holding block i
 // holds blocks before i), which chaining and tail-first eviction make
@@ -592,8 +648,7 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	}
 	dst = dst[:len(pods)]
 	clear(dst)
-	n := len(hashes)
-	if n == 0 || len(pods) == 0 {
+	if len(hashes) == 0 || len(pods) == 0 {
 		return dst
 	}
 	x.reg.RLock()
@@ -613,6 +668,19 @@ func (x *Index) Match(hashes []uint64, pods []string, dst []int) []int {
 	if s == nil {
 		s = &matchScratch{}
 	}
+	blocks, st := len(hashes), x.opts.Stride
+	if st > 1 {
+		s.kept = x.sample(s.kept[:0], hashes)
+		hashes = s.kept
+		// The counts below are of kept hashes; kept hash j stands for
+		// blocks up to min((j+1)·st, blocks).
+		defer func() {
+			for i, m := range dst {
+				dst[i] = min(m*st, blocks)
+			}
+		}()
+	}
+	n := len(hashes)
 	if len(s.pos) < int(x.ids) {
 		s.pos = make([]int32, x.ids)
 		s.mark = make([]uint32, x.ids)

@@ -48,7 +48,7 @@ func TestKey(t *testing.T) {
 func TestKeyedIndexMatchesAsPlain(t *testing.T) {
 	k, _ := NewKey([]byte("0123456789abcdef"))
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, opts := range []IndexOptions{{MaxBlocks: 1 << 10, MaxBlocksPerPod: 1 << 8}, {}} {
+	for _, opts := range []IndexOptions{{MaxBlocks: 1 << 10, MaxBlocksPerPod: 1 << 8, Stride: 1}, {MaxBlocks: 1 << 10, MaxBlocksPerPod: 1 << 8}, {}} {
 		plain, keyed, fromPeer := NewIndex(opts), NewIndex(opts), NewIndex(opts)
 		keyed.SetKey(k)
 		fromPeer.SetKey(k)

@@ -82,7 +82,7 @@ func TestIndexMatch(t *testing.T) {
 	sys := strings.Repeat("You are a helpful assistant. ", 20) // 580 bytes = 9 blocks
 	h1 := Hash("m", prompt(sys, 1), 64, 0, nil)                // 12 blocks
 	h2 := Hash("m", prompt(sys, 2), 64, 0, nil)
-	x := NewIndex(IndexOptions{})
+	x := NewIndex(IndexOptions{Stride: 1})
 	x.Record("a", h1)
 	x.Record("b", h1[:5])
 	tests := []struct {
@@ -109,11 +109,74 @@ func TestIndexMatch(t *testing.T) {
 	}
 }
 
+// TestIndexStride: with a stride the index keeps every stride-th block and
+// a prompt's last, so a match is what the every-block index finds rounded
+// down to a multiple of the stride, or the whole prompt.
+func TestIndexStride(t *testing.T) {
+	sys := strings.Repeat("You are a helpful assistant. ", 20) // 580 bytes = 9 blocks
+	h1 := Hash("m", prompt(sys, 1), 64, 0, nil)                // 12 blocks
+	h2 := Hash("m", prompt(sys, 2), 64, 0, nil)
+	x := NewIndex(IndexOptions{Stride: 4})
+	x.Record("a", h1[:10])
+	x.Record("b", h1[:5])
+	x.Record("c", h1[:1])                           // one hash, as a session marker
+	if got, want := x.PodLen("a"), 3; got != want { // blocks 3, 7 and the last, 9
+		t.Errorf("PodLen(a) = %d, want %d", got, want)
+	}
+	pods := []string{"a", "b", "c", "d"}
+	tests := []struct {
+		name   string
+		hashes []uint64
+		want   []int
+	}{
+		{"a's whole prompt", h1[:10], []int{10, 4, 0, 0}}, // b holds 5 blocks, c 1: below a kept block
+		{"a longer prompt", h1, []int{8, 4, 0, 0}},
+		{"shared system prompt", h2, []int{8, 4, 0, 0}},
+		{"b's whole prompt", h1[:5], []int{4, 5, 0, 0}},
+		{"one block", h1[:1], []int{0, 0, 1, 0}}, // only c kept block 0 (its last)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := x.Match(tt.hashes, pods, nil); !slices.Equal(got, tt.want) {
+				t.Fatalf("Match = %v, want %v", got, tt.want)
+			}
+		})
+	}
+
+	// Against the every-block index over random prefixes: never more, at
+	// most stride−1 blocks fewer.
+	r := rand.New(rand.NewPCG(5, 6))
+	base := Hash("m", bytes.Repeat([]byte("0123456789abcdef"), 4*200), 64, 0, nil) // 200 blocks
+	for _, stride := range []int{2, 4, 8} {
+		exact, kept := NewIndex(IndexOptions{Stride: 1}), NewIndex(IndexOptions{Stride: stride})
+		for i := range 50 {
+			h := slices.Clone(base[:1+r.IntN(len(base))])
+			if cut := r.IntN(len(h)); cut > 0 {
+				h[cut] ^= uint64(i + 1) // diverge after cut blocks (chaining is the caller's; a mismatch is a mismatch)
+				h = h[:cut+1]
+			}
+			pod := fmt.Sprintf("p%d", i%5)
+			exact.Record(pod, h)
+			kept.Record(pod, h)
+		}
+		all := []string{"p0", "p1", "p2", "p3", "p4"}
+		for range 100 {
+			q := base[:1+r.IntN(len(base))]
+			want, got := exact.Match(q, all, nil), kept.Match(q, all, nil)
+			for j := range all {
+				if got[j] > want[j] || got[j] < want[j]-(stride-1) {
+					t.Fatalf("stride %d, %d-block query, %s: %d blocks, every-block index %d", stride, len(q), all[j], got[j], want[j])
+				}
+			}
+		}
+	}
+}
+
 // TestIndexMatchManyLengths checks the galloping search against a brute
 // force scan, with pods holding every prefix length.
 func TestIndexMatchManyLengths(t *testing.T) {
 	h := Hash("m", bytes.Repeat([]byte("0123456789abcdef"), 4*300), 64, 0, nil) // 300 blocks
-	x := NewIndex(IndexOptions{})
+	x := NewIndex(IndexOptions{Stride: 1})
 	r := rand.New(rand.NewPCG(1, 2))
 	var pods []string
 	var want []int
@@ -151,7 +214,7 @@ func TestIndexMatchManyLengths(t *testing.T) {
 func TestIndexEviction(t *testing.T) {
 	h := Hash("m", bytes.Repeat([]byte("z"), 64*40), 64, 0, nil) // 40 blocks
 	t.Run("per pod keeps the prefix", func(t *testing.T) {
-		x := NewIndex(IndexOptions{MaxBlocks: 1000, MaxBlocksPerPod: 10})
+		x := NewIndex(IndexOptions{Stride: 1, MaxBlocks: 1000, MaxBlocksPerPod: 10})
 		x.Record("a", h)
 		if got := x.PodLen("a"); got != 10 {
 			t.Fatalf("PodLen = %d, want 10", got)
@@ -161,7 +224,7 @@ func TestIndexEviction(t *testing.T) {
 		}
 	})
 	t.Run("lru", func(t *testing.T) {
-		x := NewIndex(IndexOptions{MaxBlocks: 1000, MaxBlocksPerPod: 10})
+		x := NewIndex(IndexOptions{Stride: 1, MaxBlocks: 1000, MaxBlocksPerPod: 10})
 		old := Hash("old", bytes.Repeat([]byte("y"), 64*8), 64, 0, nil)
 		x.Record("a", old)
 		x.Record("a", h[:8]) // evicts 6 of old's tail blocks
@@ -175,7 +238,7 @@ func TestIndexEviction(t *testing.T) {
 		}
 	})
 	t.Run("global", func(t *testing.T) {
-		x := NewIndex(IndexOptions{MaxBlocks: 50, MaxBlocksPerPod: 40})
+		x := NewIndex(IndexOptions{Stride: 1, MaxBlocks: 50, MaxBlocksPerPod: 40})
 		x.Record("big", h)
 		x.Record("small", h[:20])
 		if n := x.Len(); n != 50 {
@@ -186,7 +249,7 @@ func TestIndexEviction(t *testing.T) {
 		}
 	})
 	t.Run("remove pod", func(t *testing.T) {
-		x := NewIndex(IndexOptions{})
+		x := NewIndex(IndexOptions{Stride: 1})
 		x.Record("a", h)
 		x.Record("b", h)
 		x.RemovePod("a")
@@ -204,7 +267,7 @@ func TestIndexEviction(t *testing.T) {
 }
 
 func TestIndexConcurrent(t *testing.T) {
-	x := NewIndex(IndexOptions{MaxBlocks: 5000, MaxBlocksPerPod: 1000})
+	x := NewIndex(IndexOptions{Stride: 1, MaxBlocks: 5000, MaxBlocksPerPod: 1000})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -235,7 +298,7 @@ func TestIndexMemory(t *testing.T) {
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	x := NewIndex(IndexOptions{MaxBlocks: pods * perPod, MaxBlocksPerPod: perPod})
+	x := NewIndex(IndexOptions{Stride: 1, MaxBlocks: pods * perPod, MaxBlocksPerPod: perPod})
 	r := rand.New(rand.NewPCG(3, 4))
 	h := make([]uint64, 500)
 	for p := range pods {
@@ -300,8 +363,8 @@ func TestIndexStaysPrefixClosed(t *testing.T) {
 		shared, own int // repeats of the shared and own text
 		wantShards  int
 	}{
-		{"one shard", IndexOptions{MaxBlocks: 300, MaxBlocksPerPod: 120}, 20, 1, 1},
-		{"sharded", IndexOptions{MaxBlocks: 5000, MaxBlocksPerPod: minShardPodBlocks}, 60, 800, numShards},
+		{"one shard", IndexOptions{Stride: 1, MaxBlocks: 300, MaxBlocksPerPod: 120}, 20, 1, 1},
+		{"sharded", IndexOptions{Stride: 1, MaxBlocks: 5000, MaxBlocksPerPod: minShardPodBlocks}, 60, 800, numShards},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(11, 12))
@@ -355,7 +418,7 @@ func TestIndexStaysPrefixClosed(t *testing.T) {
 // Concurrent Record, Match and RemovePod on a sharded index (run with
 // -race).
 func TestIndexConcurrentSharded(t *testing.T) {
-	x := NewIndex(IndexOptions{MaxBlocks: 20_000, MaxBlocksPerPod: minShardPodBlocks})
+	x := NewIndex(IndexOptions{Stride: 1, MaxBlocks: 20_000, MaxBlocksPerPod: minShardPodBlocks})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -433,7 +496,7 @@ func TestNodeSize(t *testing.T) {
 // not the same members, and only the fingerprint tells them apart.
 func TestIndexFingerprints(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	x := NewIndex(IndexOptions{MaxBlocks: 3000, MaxBlocksPerPod: 400})
+	x := NewIndex(IndexOptions{Stride: 1, MaxBlocks: 3000, MaxBlocksPerPod: 400})
 	var reqs [][]uint64
 	for i := range 24 {
 		reqs = append(reqs, Hash("m", append(prompt(strings.Repeat("system ", 40), i%3), prompt(strings.Repeat("user ", 30), i)...), 64, 0, nil))
