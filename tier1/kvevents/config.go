@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/infergate/infergate/shared/config"
 )
 
 // Defaults for Config's zero fields.
@@ -78,9 +80,7 @@ type Config struct {
 
 // SetDefaults fills zero fields.
 func (c *Config) SetDefaults() {
-	if c.Mode == "" {
-		c.Mode = ModeConnect
-	}
+	config.Default(&c.Mode, ModeConnect)
 	if c.Port == 0 {
 		c.Port = DefaultPort
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/infergate/infergate/shared/config"
 )
 
 // The wire format, as vLLM defines it in vllm/distributed/kv_events.py
@@ -177,15 +179,9 @@ type Decoder struct {
 // NewDecoder returns a decoder enforcing l (zero fields take
 // DefaultLimits').
 func NewDecoder(l Limits) *Decoder {
-	if l.MaxEvents <= 0 {
-		l.MaxEvents = DefaultLimits.MaxEvents
-	}
-	if l.MaxBlocks <= 0 {
-		l.MaxBlocks = DefaultLimits.MaxBlocks
-	}
-	if l.MaxTokens <= 0 {
-		l.MaxTokens = DefaultLimits.MaxTokens
-	}
+	config.Default(&l.MaxEvents, DefaultLimits.MaxEvents)
+	config.Default(&l.MaxBlocks, DefaultLimits.MaxBlocks)
+	config.Default(&l.MaxTokens, DefaultLimits.MaxTokens)
 	d := &Decoder{limits: l}
 	d.dec = msgpack.NewDecoder(&d.r)
 	return d

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/infergate/infergate/shared/config"
 )
 
 // PodState says how far a pod's entries in the index can be trusted.
@@ -123,12 +125,8 @@ type podIndex struct {
 
 // NewIndex returns an empty index.
 func NewIndex(opts IndexOptions) *Index {
-	if opts.MaxBlocksPerPod <= 0 {
-		opts.MaxBlocksPerPod = DefaultMaxBlocksPerPod
-	}
-	if opts.RebuildWindow <= 0 {
-		opts.RebuildWindow = DefaultRebuildWindow
-	}
+	config.Default(&opts.MaxBlocksPerPod, DefaultMaxBlocksPerPod)
+	config.Default(&opts.RebuildWindow, DefaultRebuildWindow)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/peers/meshpb"
 	"github.com/infergate/infergate/tier1/picker"
 )
@@ -95,31 +96,18 @@ type Options struct {
 const DefaultMaxMessageBytes = 1 << 20
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.Refresh, 10*time.Second)
-	def(&o.Flush, 5*time.Millisecond)
-	def(&o.Heartbeat, 250*time.Millisecond)
-	def(&o.TTL, 2*time.Second)
+	config.Default(&o.Refresh, 10*time.Second)
+	config.Default(&o.Flush, 5*time.Millisecond)
+	config.Default(&o.Heartbeat, 250*time.Millisecond)
+	config.Default(&o.TTL, 2*time.Second)
 	o.TTL = max(o.TTL, 4*o.Heartbeat)
-	def(&o.DialTimeout, 2*time.Second)
-	def(&o.WriteTimeout, 2*time.Second)
-	def(&o.LogEvery, 10*time.Second)
-	if o.QueueLen <= 0 {
-		o.QueueLen = 1024
-	}
-	if o.PeerQueueBytes <= 0 {
-		o.PeerQueueBytes = 4 << 20
-	}
-	if o.MaxMessageBytes <= 0 {
-		o.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if o.MaxPods <= 0 {
-		o.MaxPods = 4096
-	}
+	config.Default(&o.DialTimeout, 2*time.Second)
+	config.Default(&o.WriteTimeout, 2*time.Second)
+	config.Default(&o.LogEvery, 10*time.Second)
+	config.Default(&o.QueueLen, 1024)
+	config.Default(&o.PeerQueueBytes, 4<<20)
+	config.Default(&o.MaxMessageBytes, DefaultMaxMessageBytes)
+	config.Default(&o.MaxPods, 4096)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,10 @@
 package picker
 
-import "time"
+import (
+	"time"
+
+	"github.com/infergate/infergate/shared/config"
+)
 
 // SaturationDetector decides whether a pod (or the pool) can take more
 // work right now, as GIE's saturation detector does. A pod is saturated
@@ -19,15 +23,9 @@ type SaturationDetector struct {
 }
 
 func (d SaturationDetector) withDefaults() SaturationDetector {
-	if d.QueueThreshold <= 0 {
-		d.QueueThreshold = DefaultQueueThreshold
-	}
-	if d.KVThreshold <= 0 {
-		d.KVThreshold = DefaultKVThreshold
-	}
-	if d.StaleAfter <= 0 {
-		d.StaleAfter = DefaultStaleAfter
-	}
+	config.Default(&d.QueueThreshold, DefaultQueueThreshold)
+	config.Default(&d.KVThreshold, DefaultKVThreshold)
+	config.Default(&d.StaleAfter, DefaultStaleAfter)
 	return d
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/infergate/infergate/shared/config"
 )
 
 var sessionBalanceSpec = scorerSpec{
@@ -169,15 +171,9 @@ func (s *sessionStore) setup() {
 		return
 	}
 	s.init = true
-	if s.opts.Max <= 0 {
-		s.opts.Max = 65536
-	}
-	if s.opts.TTL <= 0 {
-		s.opts.TTL = 30 * time.Minute
-	}
-	if s.opts.Live <= 0 {
-		s.opts.Live = 30 * time.Second
-	}
+	config.Default(&s.opts.Max, 65536)
+	config.Default(&s.opts.TTL, 30*time.Minute)
+	config.Default(&s.opts.Live, 30*time.Second)
 	if s.opts.Now == nil {
 		s.opts.Now = time.Now
 	}

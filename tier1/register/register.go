@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/shared/config"
 )
 
 // The service name, metadata keys and cost units are the contract with
@@ -69,27 +70,13 @@ type Registration struct {
 }
 
 func (r *Registration) setDefaults() {
-	if r.ID == "" {
-		r.ID = ServiceName + "-" + r.Cluster
-	}
-	if r.Scheme == "" {
-		r.Scheme = "http"
-	}
-	if r.CostUnit == "" {
-		r.CostUnit = CostPerGPUHour
-	}
-	if r.CheckInterval <= 0 {
-		r.CheckInterval = 5 * time.Second
-	}
-	if r.InitialStatus == "" {
-		r.InitialStatus = api.HealthCritical
-	}
-	if r.CheckTimeout <= 0 {
-		r.CheckTimeout = 2 * time.Second
-	}
-	if r.DeregisterCriticalAfter <= 0 {
-		r.DeregisterCriticalAfter = 10 * time.Minute
-	}
+	config.Default(&r.ID, ServiceName+"-"+r.Cluster)
+	config.Default(&r.Scheme, "http")
+	config.Default(&r.CostUnit, CostPerGPUHour)
+	config.Default(&r.CheckInterval, 5*time.Second)
+	config.Default(&r.InitialStatus, api.HealthCritical)
+	config.Default(&r.CheckTimeout, 2*time.Second)
+	config.Default(&r.DeregisterCriticalAfter, 10*time.Minute)
 }
 
 func (r *Registration) validate() error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/getjson"
 	"github.com/infergate/infergate/shared/metric"
 	"github.com/infergate/infergate/tier1/picker"
@@ -154,26 +155,16 @@ const (
 )
 
 func (o *Options) setDefaults() {
-	if o.Interval <= 0 {
-		o.Interval = DefaultInterval
-	}
+	config.Default(&o.Interval, DefaultInterval)
 	if o.IdleInterval == 0 {
 		o.IdleInterval = DefaultIdleInterval
 	}
 	// Never scrape an idle pod more often than an active one.
 	o.IdleInterval = max(o.IdleInterval, o.Interval)
-	if o.ActiveHold <= 0 {
-		o.ActiveHold = DefaultActiveHold
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = time.Second
-	}
-	if o.ModelsInterval <= 0 {
-		o.ModelsInterval = 5 * time.Second
-	}
-	if o.Scheme == "" {
-		o.Scheme = "http"
-	}
+	config.Default(&o.ActiveHold, DefaultActiveHold)
+	config.Default(&o.Timeout, time.Second)
+	config.Default(&o.ModelsInterval, 5*time.Second)
+	config.Default(&o.Scheme, "http")
 	if o.Client == nil {
 		o.Client = &http.Client{Transport: NewTransport()}
 	}

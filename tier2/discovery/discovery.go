@@ -160,18 +160,10 @@ func New(opts Options) (*Discovery, error) {
 	}
 	if opts.Consul != nil {
 		c := *opts.Consul
-		if c.Service == "" {
-			c.Service = cluster.ServiceName
-		}
-		if c.WaitTime <= 0 {
-			c.WaitTime = 30 * time.Second
-		}
-		if c.MinInterval <= 0 {
-			c.MinInterval = 100 * time.Millisecond
-		}
-		if c.MaxBackoff <= 0 {
-			c.MaxBackoff = 10 * time.Second
-		}
+		config.Default(&c.Service, cluster.ServiceName)
+		config.Default(&c.WaitTime, 30*time.Second)
+		config.Default(&c.MinInterval, 100*time.Millisecond)
+		config.Default(&c.MaxBackoff, 10*time.Second)
 		d.opts.Consul = &c
 		client, err := NewConsulClient(c)
 		if err != nil {

@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/openai"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/discovery"
@@ -137,49 +138,23 @@ func (o *Options) setDefaults() {
 	if o.Transport == nil {
 		o.Transport = NewTransport()
 	}
-	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = 3
-	}
-	if o.FailoverBudget <= 0 {
-		o.FailoverBudget = 30 * time.Second
-	}
-	if o.FirstByteTimeout <= 0 {
-		o.FirstByteTimeout = 30 * time.Second
-	}
-	if o.ResponseTimeout <= 0 {
-		o.ResponseTimeout = 5 * time.Minute
-	}
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = 8 << 20
-	}
-	if o.MaxBufferedResponse <= 0 {
-		o.MaxBufferedResponse = 32 << 20
-	}
-	if o.DefaultMaxTokens <= 0 {
-		o.DefaultMaxTokens = 256
-	}
-	if o.BodyReadTimeout <= 0 {
-		o.BodyReadTimeout = 30 * time.Second
-	}
-	if o.MaxEventBytes <= 0 {
-		o.MaxEventBytes = 1 << 20
-	}
-	if o.StreamWriteTimeout <= 0 {
-		o.StreamWriteTimeout = 30 * time.Second
-	}
-	if o.MaxStreamDuration <= 0 {
-		o.MaxStreamDuration = 30 * time.Minute
-	}
+	config.Default(&o.MaxAttempts, 3)
+	config.Default(&o.FailoverBudget, 30*time.Second)
+	config.Default(&o.FirstByteTimeout, 30*time.Second)
+	config.Default(&o.ResponseTimeout, 5*time.Minute)
+	config.Default(&o.MaxBodyBytes, 8<<20)
+	config.Default(&o.MaxBufferedResponse, 32<<20)
+	config.Default(&o.DefaultMaxTokens, 256)
+	config.Default(&o.BodyReadTimeout, 30*time.Second)
+	config.Default(&o.MaxEventBytes, 1<<20)
+	config.Default(&o.StreamWriteTimeout, 30*time.Second)
+	config.Default(&o.MaxStreamDuration, 30*time.Minute)
 	if o.Registry == nil {
 		reg := prometheus.NewRegistry()
 		o.Registry = reg
 	}
-	if o.MaxTenantLabels <= 0 {
-		o.MaxTenantLabels = 100
-	}
-	if o.MaxModelLabels <= 0 {
-		o.MaxModelLabels = 100
-	}
+	config.Default(&o.MaxTenantLabels, 100)
+	config.Default(&o.MaxModelLabels, 100)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier2/tenant"
 )
 
@@ -100,42 +101,22 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	if o.KeyPrefix == "" {
-		o.KeyPrefix = "infergate:rl:"
-	}
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
-	if o.FailAfter <= 0 {
-		o.FailAfter = 3
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 50 * time.Millisecond
-	}
-	if o.SyncInterval <= 0 {
-		o.SyncInterval = 250 * time.Millisecond
-	}
-	if o.idleAfter <= 0 {
-		o.idleAfter = 5 * time.Minute
-	}
-	if o.FlushInterval <= 0 {
-		o.FlushInterval = time.Second
-	}
-	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = 2 * time.Second
-	}
+	config.Default(&o.KeyPrefix, "infergate:rl:")
+	config.Default(&o.Replicas, 1)
+	config.Default(&o.FailAfter, 3)
+	config.Default(&o.Timeout, 50*time.Millisecond)
+	config.Default(&o.SyncInterval, 250*time.Millisecond)
+	config.Default(&o.idleAfter, 5*time.Minute)
+	config.Default(&o.FlushInterval, time.Second)
+	config.Default(&o.LeaseTTL, 2*time.Second)
 	if o.MaxLeaseFraction <= 0 || o.MaxLeaseFraction > 1 {
 		o.MaxLeaseFraction = 0.5
 	}
-	if o.SlotTTL <= 0 {
-		o.SlotTTL = 5 * time.Second
-	}
+	config.Default(&o.SlotTTL, 5*time.Second)
 	if o.SlotTTL < 3*o.SyncInterval {
 		o.SlotTTL = 3 * o.SyncInterval
 	}
-	if o.Backoff <= 0 {
-		o.Backoff = 500 * time.Millisecond
-	}
+	config.Default(&o.Backoff, 500*time.Millisecond)
 	if o.MaxBackoff < o.Backoff {
 		o.MaxBackoff = max(5*time.Second, o.Backoff)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/infergate/infergate/shared/config"
 )
 
 // RedisConfig describes how Tier 2 reaches Redis; the tenant store and
@@ -61,9 +63,7 @@ func (c RedisConfig) Client() (redis.UniversalClient, error) {
 		// cannot hold a request past the limiter's timeout.
 		ContextTimeoutEnabled: true,
 	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = time.Second
-	}
+	config.Default(&o.DialTimeout, time.Second)
 	if c.TLS.Enabled {
 		tc, err := c.TLS.config()
 		if err != nil {

@@ -41,6 +41,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/infergate/infergate/shared/cluster"
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/getjson"
 	"github.com/infergate/infergate/shared/metric"
 	"github.com/infergate/infergate/tier2/discovery"
@@ -173,15 +174,9 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	if o.PollInterval <= 0 {
-		o.PollInterval = time.Second
-	}
-	if o.PollTimeout <= 0 {
-		o.PollTimeout = min(o.PollInterval, 2*time.Second)
-	}
-	if o.StaleAfter <= 0 {
-		o.StaleAfter = 3 * o.PollInterval
-	}
+	config.Default(&o.PollInterval, time.Second)
+	config.Default(&o.PollTimeout, min(o.PollInterval, 2*time.Second))
+	config.Default(&o.StaleAfter, 3*o.PollInterval)
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: o.PollTimeout}
 		if o.DialTLSContext != nil {
@@ -190,34 +185,20 @@ func (o *Options) setDefaults() {
 			o.HTTPClient.Transport = tr
 		}
 	}
-	if o.DefaultPolicy == "" {
-		o.DefaultPolicy = CostFirst
-	}
-	if o.SpillThreshold <= 0 {
-		o.SpillThreshold = 0.8
-	}
-	if o.QueuePerPod <= 0 {
-		o.QueuePerPod = 4
-	}
-	if o.ErrorRateThreshold <= 0 {
-		o.ErrorRateThreshold = 0.2
-	}
+	config.Default(&o.DefaultPolicy, CostFirst)
+	config.Default(&o.SpillThreshold, 0.8)
+	config.Default(&o.QueuePerPod, 4)
+	config.Default(&o.ErrorRateThreshold, 0.2)
 	b := &o.Breaker
 	if b.ConsecutiveFailures == 0 {
 		b.ConsecutiveFailures = 5
 	}
-	if b.FailureRatio <= 0 {
-		b.FailureRatio = 0.5
-	}
+	config.Default(&b.FailureRatio, 0.5)
 	if b.MinRequests == 0 {
 		b.MinRequests = 20
 	}
-	if b.Interval <= 0 {
-		b.Interval = 30 * time.Second
-	}
-	if b.OpenTimeout <= 0 {
-		b.OpenTimeout = 10 * time.Second
-	}
+	config.Default(&b.Interval, 30*time.Second)
+	config.Default(&b.OpenTimeout, 10*time.Second)
 	if b.HalfOpenRequests == 0 {
 		b.HalfOpenRequests = 1
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/statusui"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier2/admin"
@@ -102,9 +103,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = 30 * time.Second
-	}
+	config.Default(&opts.ShutdownTimeout, 30*time.Second)
 	log, reg := opts.Logger, opts.Registry
 	s := &Server{cfg: cfg, log: log, shutdown: opts.ShutdownTimeout, reg: reg, started: time.Now(), version: buildVersion(opts.Version)}
 	defer func() {

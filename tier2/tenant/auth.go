@@ -23,6 +23,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/tlsfiles"
 )
 
@@ -79,24 +80,16 @@ type JWTOptions struct {
 const MaxJWTLeeway = 5 * time.Minute
 
 func (o *JWTOptions) setDefaults() {
-	if o.TenantClaim == "" {
-		o.TenantClaim = "sub"
-	}
+	config.Default(&o.TenantClaim, "sub")
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.RefreshInterval <= 0 {
-		o.RefreshInterval = DefaultJWKSRefreshInterval
-	}
-	if o.MinRefreshInterval <= 0 {
-		o.MinRefreshInterval = DefaultJWKSMinRefreshInterval
-	}
-	if o.FetchTimeout <= 0 {
-		o.FetchTimeout = DefaultJWKSFetchTimeout
-	}
+	config.Default(&o.RefreshInterval, DefaultJWKSRefreshInterval)
+	config.Default(&o.MinRefreshInterval, DefaultJWKSMinRefreshInterval)
+	config.Default(&o.FetchTimeout, DefaultJWKSFetchTimeout)
 }
 
 func (o *JWTOptions) remote() bool { return o.JWKSURL != "" || o.OIDCDiscovery }

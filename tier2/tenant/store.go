@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/infergate/infergate/shared/config"
 )
 
 // Options configure a Store.
@@ -51,15 +53,9 @@ type SeedKey struct {
 }
 
 func (o *Options) setDefaults() {
-	if o.KeyPrefix == "" {
-		o.KeyPrefix = "infergate:"
-	}
-	if o.ReloadInterval <= 0 {
-		o.ReloadInterval = 500 * time.Millisecond
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 2 * time.Second
-	}
+	config.Default(&o.KeyPrefix, "infergate:")
+	config.Default(&o.ReloadInterval, 500*time.Millisecond)
+	config.Default(&o.Timeout, 2*time.Second)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
