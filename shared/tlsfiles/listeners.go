@@ -41,6 +41,20 @@ func NewListeners(ctx context.Context, ls []Listener, opts Options) ([]*ServerCo
 	return out, nil
 }
 
+// ValidateListeners checks each block of ls with Server.Validate, named by
+// its Key, without reading files: a process's configuration check lists
+// the same blocks NewListeners later loads. It returns every failing
+// block's error, in the order of ls; Name and NextProtos are not used.
+func ValidateListeners(ls []Listener) []error {
+	var errs []error
+	for _, l := range ls {
+		if err := l.Block.Validate(l.Key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 // Wrap serves ln over TLS with s, or returns ln as is when s is nil (the
 // listener's block is off) or ln is.
 func (s *ServerConfig) Wrap(ln net.Listener) net.Listener {

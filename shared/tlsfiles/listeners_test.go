@@ -84,3 +84,37 @@ func TestNewListeners(t *testing.T) {
 		t.Fatalf("error %v: want one naming admin.tls and %s", err, missing)
 	}
 }
+
+// ValidateListeners names each failing block by its key, keeps the order
+// of the list, and says nothing of blocks that are off or well formed.
+func TestValidateListeners(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ls   []tlsfiles.Listener
+		want []string
+	}{
+		{"all off", []tlsfiles.Listener{{Key: "tls"}, {Key: "admin.tls"}}, nil},
+		{"well formed", []tlsfiles.Listener{{Key: "tls", Block: tlsfiles.Server{CertFile: "c.pem", KeyFile: "k.pem"}}}, nil},
+		{"two bad", []tlsfiles.Listener{
+			{Key: "tls", Block: tlsfiles.Server{CertFile: "c.pem"}},
+			{Key: "admin.tls", Block: tlsfiles.Server{CertFile: "c.pem", KeyFile: "k.pem"}},
+			{Key: "metrics.tls", Block: tlsfiles.Server{MinVersion: "1.2"}},
+		}, []string{
+			"tls: cert_file and key_file must both be set",
+			"metrics.tls: cert_file and key_file are required when any other TLS key is set",
+		}},
+		{"client auth", []tlsfiles.Listener{{Key: "ext_proc_tls", Block: tlsfiles.Server{CertFile: "c.pem", KeyFile: "k.pem", ClientAuth: "always"}}},
+			[]string{`ext_proc_tls.client_auth "always": want require or verify_if_given`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := tlsfiles.ValidateListeners(tc.ls)
+			var got []string
+			for _, err := range errs {
+				got = append(got, err.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") || len(got) != len(tc.want) {
+				t.Errorf("errors:\n%q\nwant:\n%q", got, tc.want)
+			}
+		})
+	}
+}

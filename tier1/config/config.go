@@ -660,15 +660,9 @@ func (c *Config) validateKVEvents() []error {
 // validateTLS checks the TLS blocks and the schemes that must agree with
 // them.
 func (c *Config) validateTLS() []error {
-	var errs []error
-	for _, b := range []struct {
-		path string
-		s    tlsfiles.Server
-	}{{"tls", c.TLS}, {"metrics_tls", c.MetricsTLS}, {"ext_proc_tls", c.ExtProcTLS}} {
-		if err := b.s.Validate(b.path); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := tlsfiles.ValidateListeners([]tlsfiles.Listener{
+		{Key: "tls", Block: c.TLS}, {Key: "metrics_tls", Block: c.MetricsTLS}, {Key: "ext_proc_tls", Block: c.ExtProcTLS},
+	})
 	if err := c.Upstream.TLS.Validate("upstream.tls"); err != nil {
 		errs = append(errs, err)
 	}

@@ -441,15 +441,9 @@ func (c *Config) staticModels() map[string]bool {
 
 // validateTLS checks the TLS blocks; errors name their keys.
 func (c *Config) validateTLS() []error {
-	var errs []error
-	for _, b := range []struct {
-		path string
-		s    tlsfiles.Server
-	}{{"tls", c.TLS}, {"admin.tls", c.Admin.TLS}, {"metrics.tls", c.Metrics.TLS}} {
-		if err := b.s.Validate(b.path); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := tlsfiles.ValidateListeners([]tlsfiles.Listener{
+		{Key: "tls", Block: c.TLS}, {Key: "admin.tls", Block: c.Admin.TLS}, {Key: "metrics.tls", Block: c.Metrics.TLS},
+	})
 	if c.Admin.TLS.Enabled() && c.Admin.Listen == "" {
 		errs = append(errs, errors.New("admin.tls is set but admin.listen is empty"))
 	}
