@@ -168,3 +168,17 @@ func (es Errors) sort() {
 		return a.Column < b.Column
 	})
 }
+
+// List joins the names of items, as an error message lists the valid
+// choices ("unknown pool "x" (pools: a, b)"), or returns none when there
+// are no items, so that the message still reads.
+func List[T any](items []T, name func(T) string, none string) string {
+	if len(items) == 0 {
+		return none
+	}
+	names := make([]string, len(items))
+	for i, it := range items {
+		names[i] = name(it)
+	}
+	return strings.Join(names, ", ")
+}

@@ -541,25 +541,11 @@ func (c *Config) validateModels() []error {
 }
 
 func (c *Config) poolModels() string {
-	var out []string
-	for _, p := range c.Pools {
-		out = append(out, strconv.Quote(p.Model))
-	}
-	if len(out) == 0 {
-		return "no pool is configured"
-	}
-	return strings.Join(out, ", ")
+	return loader.List(c.Pools, func(p PoolConfig) string { return strconv.Quote(p.Model) }, "no pool is configured")
 }
 
 func (c *Config) poolNames() string {
-	var out []string
-	for _, p := range c.Pools {
-		out = append(out, p.Name)
-	}
-	if len(out) == 0 {
-		return "none configured"
-	}
-	return strings.Join(out, ", ")
+	return loader.List(c.Pools, func(p PoolConfig) string { return p.Name }, "none configured")
 }
 
 // validateScheduler locates the scheduling profile's problems: a scorer's

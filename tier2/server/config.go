@@ -389,14 +389,7 @@ func tenantError(path string, t *tenant.Tenant, err error) error {
 }
 
 func (c *Config) tenantIDs() string {
-	var ids []string
-	for _, t := range c.Tenants {
-		ids = append(ids, t.ID)
-	}
-	if len(ids) == 0 {
-		return "none configured"
-	}
-	return strings.Join(ids, ", ")
+	return config.List(c.Tenants, func(t tenant.Tenant) string { return t.ID }, "none configured")
 }
 
 // staticRegions returns the static clusters' regions when they are the
