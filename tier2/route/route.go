@@ -28,11 +28,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +248,11 @@ type clusterState struct {
 	pollErrAt             time.Time
 	lastErr, lastErrModel string
 	lastErrAt             time.Time
+
+	// unserved is the cluster's listed models its Tier 1's last summary
+	// lacks, joined, so the warning is logged when the set changes, not
+	// on every poll.
+	unserved string
 }
 
 type modelState struct {
@@ -379,6 +386,7 @@ func (r *Router) store(c discovery.Cluster, sum *cluster.LoadSummary, err error)
 	}
 	r.mPolls.WithLabelValues(c.Name, "ok").Inc()
 	st.pollFails = 0
+	r.checkServedLocked(c, st, sum)
 	st.summary = sum
 	st.summaryAt = now
 	for _, ms := range st.models {
@@ -386,6 +394,28 @@ func (r *Router) store(c discovery.Cluster, sum *cluster.LoadSummary, err error)
 		ms.gen++
 	}
 	r.mUtil.WithLabelValues(c.Name).Set(r.utilLocked(c, st, ""))
+}
+
+// checkServedLocked warns when the cluster's entry (Tier 2's clusters:
+// list or its Consul metadata) names models its Tier 1 does not serve:
+// requests for them sent there fail with model_not_found until the two
+// agree. The warning repeats only when the set of such models changes.
+func (r *Router) checkServedLocked(c discovery.Cluster, st *clusterState, sum *cluster.LoadSummary) {
+	var missing []string
+	for _, m := range c.Models {
+		if _, ok := sum.Models[m]; !ok {
+			missing = append(missing, m)
+		}
+	}
+	joined := strings.Join(missing, ",")
+	if joined == st.unserved {
+		return
+	}
+	st.unserved = joined
+	if len(missing) > 0 {
+		served := slices.Sorted(maps.Keys(sum.Models))
+		r.log.Warn("cluster lists models its tier1 does not serve", "cluster", c.Name, "models", missing, "tier1_serves", served)
+	}
 }
 
 func (r *Router) fetch(ctx context.Context, c discovery.Cluster) (*cluster.LoadSummary, error) {

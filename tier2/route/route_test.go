@@ -379,3 +379,43 @@ func TestBaseModel(t *testing.T) {
 		}
 	}
 }
+
+// TestWarnUnservedModels: a cluster entry that names a model its Tier 1's
+// summary lacks is logged once per change of that set, naming the models
+// on both sides; a summary that serves them all is quiet.
+func TestWarnUnservedModels(t *testing.T) {
+	var logs strings.Builder
+	c := cl("east-a", "east", 1, 10)
+	c.Models = []string{"m", "llama-3.1-8b"}
+	r, _ := newTestRouter(t, []discovery.Cluster{c}, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	const warn = "cluster lists models its tier1 does not serve"
+	for _, tc := range []struct {
+		served []string
+		warns  int // total warnings after this summary
+		names  string
+	}{
+		{served: []string{"m", "llama-3.1-8b"}, warns: 0},
+		{served: []string{"m", "meta-llama/Llama-3.1-8B-Instruct"}, warns: 1, names: "models=[llama-3.1-8b]"},
+		{served: []string{"m", "meta-llama/Llama-3.1-8B-Instruct"}, warns: 1}, // same set: no repeat
+		{served: []string{"qwen"}, warns: 2, names: "models=\"[m llama-3.1-8b]\""},
+		{served: []string{"m", "llama-3.1-8b"}, warns: 2}, // agreement again: quiet
+		{served: []string{"m"}, warns: 3, names: "tier1_serves=[m]"},
+	} {
+		sum := &cluster.LoadSummary{Models: map[string]cluster.ModelLoad{}}
+		for _, m := range tc.served {
+			sum.Models[m] = cluster.ModelLoad{ReadyPods: 1, Pods: 1}
+		}
+		r.store(c, sum, nil)
+		if got := strings.Count(logs.String(), warn); got != tc.warns {
+			t.Fatalf("after a summary serving %v: %d warnings, want %d:\n%s", tc.served, got, tc.warns, logs.String())
+		}
+		if tc.names != "" {
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			if last := lines[len(lines)-1]; !strings.Contains(last, tc.names) {
+				t.Fatalf("warning %q lacks %s", last, tc.names)
+			}
+		}
+	}
+}
