@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/tier2/gateway"
@@ -40,6 +41,14 @@ func TestRequestMetrics(t *testing.T) {
 	}
 	if r := chat("key-0", "nope", false); r.code != 404 {
 		t.Fatalf("unknown model: %d", r.code)
+	}
+	// A JSON answer goes out whole (Content-Length, flushed) before the
+	// handler counts its tokens and cost and, deferred, the request and its
+	// duration: the client may read it first. Wait (to a deadline) until all
+	// five requests' durations, the last thing counted, are in; the checks
+	// below then judge what is there.
+	for deadline := time.Now().Add(10 * time.Second); histCount(t, s, "infergate_tier2_request_duration_seconds", nil) < 5 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	for _, tc := range []struct {
 		name   string
