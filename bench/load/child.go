@@ -121,7 +121,7 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 		if err != nil {
 			return fmt.Errorf("tier2 child: %w", err)
 		}
-		defer srv.Close()
+		defer func() { _ = srv.Close() }() // the child is exiting; its answers are already measured
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return fmt.Errorf("tier2 child: listen: %w", err)
@@ -147,7 +147,7 @@ func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer, dropp
 	defer func() {
 		if prof != nil {
 			pprof.StopCPUProfile()
-			prof.Close()
+			_ = prof.Close() // stdin closed mid-profile: nobody is left to read the profile or the error
 		}
 	}()
 	lines := make(chan string)
@@ -184,7 +184,7 @@ func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer, dropp
 				break
 			}
 			if err = pprof.StartCPUProfile(prof); err != nil {
-				prof.Close()
+				_ = prof.Close() // the profile never started; err says why
 				prof = nil
 				break
 			}
@@ -225,7 +225,7 @@ func writeProfile(name, path string) error {
 		return err
 	}
 	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
-		f.Close()
+		_ = f.Close() // the write failed; its error is the one to report
 		return err
 	}
 	return f.Close()

@@ -228,7 +228,7 @@ func startReal(ctx context.Context, bin, sub, cfg, logLevel, logPath string, ext
 	if err != nil {
 		return nil, "", err
 	}
-	defer logf.Close() // the child holds its own descriptor
+	defer func() { _ = logf.Close() }() // the child holds its own descriptor and writes through it
 	args := append([]string{sub, "--config", cfg, "--log-level", logLevel}, extra...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = logf
@@ -297,7 +297,7 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory; a leftover is harmless
 
 	pods, line, err := startChild(ctx, o.Command, ChildEnv+"=pods", fmt.Sprintf("%s=%d", childPodsEnv, o.Pods))
 	if err != nil {

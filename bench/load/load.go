@@ -253,7 +253,7 @@ func (c *child) command(line string) error {
 }
 
 func (c *child) stop() {
-	c.stdin.Close() // the child exits when its stdin closes
+	_ = c.stdin.Close() // the child exits when its stdin closes; Wait below reports how it ended
 	done := make(chan struct{})
 	go func() { _ = c.cmd.Wait(); close(done) }()
 	select {
@@ -287,7 +287,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory; a leftover is harmless
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	token := hex.EncodeToString(tok)

@@ -54,7 +54,7 @@ func ReadProcMem(pid int) (ProcMem, error) {
 	if err != nil {
 		return ProcMem{}, fmt.Errorf("memory of %d: %w", pid, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	var m ProcMem
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

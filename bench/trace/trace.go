@@ -61,7 +61,7 @@ func Load(path string, opts Options) (workload.Stream, error) {
 	if err != nil {
 		return workload.Stream{}, fmt.Errorf("open trace: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".jsonl", ".json":
 		return ReadMooncake(f, opts)

@@ -256,7 +256,7 @@ func runBenchmark(ctx context.Context, cmd string, args []string, stdout, stderr
 			return fmt.Errorf("json-out: %w", err)
 		}
 		if err := rep.WriteJSON(f); err != nil {
-			f.Close()
+			_ = f.Close() // the write failed; its error is the one to report
 			return err
 		}
 		if err := f.Close(); err != nil {
@@ -325,7 +325,7 @@ func writePlots(dir string, rep report.Report) error {
 			return fmt.Errorf("plots: %w", err)
 		}
 		if err := fn(f); err != nil {
-			f.Close()
+			_ = f.Close() // the write failed; its error is the one to report
 			return fmt.Errorf("plots: %s: %w", name, err)
 		}
 		return f.Close()
