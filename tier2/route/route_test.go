@@ -218,7 +218,11 @@ func TestSpillBetweenPolls(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	cs := []discovery.Cluster{cl("a", "east", 1, 100), cl("b", "east", 2, 100)}
 	r, _ := newTestRouter(t, cs, func(o *Options) {
-		o.Breaker = BreakerOptions{ConsecutiveFailures: 3, OpenTimeout: 50 * time.Millisecond}
+		// The breaker turns half-open when it is read past OpenTimeout,
+		// so every check of the open breaker must run within it: a
+		// second, not tens of milliseconds that a stall under the race
+		// detector on a loaded machine can outlast.
+		o.Breaker = BreakerOptions{ConsecutiveFailures: 3, OpenTimeout: time.Second}
 	})
 	cand := func() Candidate {
 		plan, err := r.Plan(Request{Model: "m"})
@@ -254,7 +258,11 @@ func TestBreaker(t *testing.T) {
 	if _, err := r.Begin(Candidate{Cluster: cs[0]}, "m"); !errors.Is(err, ErrBreakerOpen) {
 		t.Fatalf("Begin on open breaker: %v", err)
 	}
-	time.Sleep(80 * time.Millisecond)
+	// Wait for the open timeout (to a deadline) rather than sleep a
+	// fixed time past it.
+	for deadline := time.Now().Add(10 * time.Second); r.BreakerState("a", "m") == "open" && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if s := r.BreakerState("a", "m"); s != "half-open" {
 		t.Fatalf("after the open timeout, breaker = %s", s)
 	}
