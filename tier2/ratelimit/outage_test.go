@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,8 +23,15 @@ func newClient(t testing.TB, addr string) *redis.Client {
 // the limiter to local limits; the next admission is decided by Redis.
 func TestSlowCallStaysOnRedis(t *testing.T) {
 	rs := testservice.StartRedis(t)
+	// The calls before and after the stall must answer within timeout on
+	// a loaded machine under the race detector (50 ms leaves little room),
+	// and the stall must outlast it. The pause stays under timeout plus
+	// FlushInterval, so the stalled tenant's flush (due a FlushInterval
+	// after its failed call) comes after it: two failed calls at most,
+	// fewer than FailAfter.
+	const timeout, pause = 250 * time.Millisecond, time.Second
 	// Backoff an hour: once marked down, the limiter would stay down.
-	l := New(Options{Redis: newClient(t, rs.Addr()), Timeout: 50 * time.Millisecond, Backoff: time.Hour, MaxBackoff: time.Hour})
+	l := New(Options{Redis: newClient(t, rs.Addr()), Timeout: timeout, Backoff: time.Hour, MaxBackoff: time.Hour})
 	t.Cleanup(func() { l.Close() })
 	ctx := context.Background()
 	lim := tenant.Limits{RPM: 1000}
@@ -31,7 +39,7 @@ func TestSlowCallStaysOnRedis(t *testing.T) {
 		t.Fatalf("warm-up: %+v %v", d, err)
 	}
 	admin := newClient(t, rs.Addr())
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	res, d, err := l.Admit(ctx, &tenant.Tenant{ID: "stalled", Limits: lim}, "m", 0)
@@ -45,7 +53,10 @@ func TestSlowCallStaysOnRedis(t *testing.T) {
 	if l.Stats().RedisDown {
 		t.Fatal("one slow call marked Redis down")
 	}
-	time.Sleep(350 * time.Millisecond) // the pause ends
+	// The pause ends: a command from any client waits for it.
+	if err := admin.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 	_, d, err = l.Admit(ctx, &tenant.Tenant{ID: "after", Limits: lim}, "m", 0)
 	if err != nil || !d.Allowed || d.Degraded {
 		t.Fatalf("after the stall: %+v %v, want decided by Redis", d, err)
