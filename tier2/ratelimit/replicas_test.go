@@ -249,7 +249,10 @@ func TestReplicasShareConcurrency(t *testing.T) {
 // renewing them come back after SlotTTL.
 func TestCrashedReplicaSlotsExpire(t *testing.T) {
 	rs := testservice.StartRedis(t)
-	c := replicas(t, rs, 2, Options{SyncInterval: 50 * time.Millisecond, SlotTTL: 500 * time.Millisecond})
+	// Timeout 2 s, not the default 50 ms: an admission whose Redis call
+	// timed out on a loaded machine would be decided by the local share
+	// (1 slot each) instead of the shared limit this test is about.
+	c := replicas(t, rs, 2, Options{SyncInterval: 50 * time.Millisecond, SlotTTL: 500 * time.Millisecond, Timeout: 2 * time.Second})
 	tn := &tenant.Tenant{ID: "crash", Limits: tenant.Limits{Concurrent: 2}}
 	a, b := c.limiters[0], c.limiters[1]
 	for i := 0; i < 2; i++ {
@@ -279,8 +282,13 @@ func TestCrashedReplicaSlotsExpire(t *testing.T) {
 // without per-request waits, and recovery.
 func TestRedisDown(t *testing.T) {
 	rs := testservice.StartRedis(t)
-	open := replicas(t, rs, 3, Options{SyncInterval: 50 * time.Millisecond, Backoff: 100 * time.Millisecond})
-	closed := replicas(t, rs, 1, Options{FailClosed: true, SyncInterval: 50 * time.Millisecond, Backoff: 100 * time.Millisecond})
+	// Timeout 500 ms, not the default 50 ms: the admissions before the
+	// outage and after the recovery must be decided by Redis, which a
+	// stall of 50 ms on a loaded machine would turn into local ones.
+	// (While Redis is stopped each call fails within the timeout, so the
+	// outage part takes a little longer, nothing else.)
+	open := replicas(t, rs, 3, Options{SyncInterval: 50 * time.Millisecond, Backoff: 100 * time.Millisecond, Timeout: 500 * time.Millisecond})
+	closed := replicas(t, rs, 1, Options{FailClosed: true, SyncInterval: 50 * time.Millisecond, Backoff: 100 * time.Millisecond, Timeout: 500 * time.Millisecond})
 	l := open.limiters[0]
 	tn := &tenant.Tenant{ID: "down", Limits: tenant.Limits{RPM: 120, Concurrent: 3}}
 	if _, d, err := l.Admit(context.Background(), tn, "m", 0); err != nil || !d.Allowed || d.Degraded {
