@@ -392,18 +392,23 @@ func TestStalledClient(t *testing.T) {
 
 // The client going away is not an upstream failure.
 func TestClientGone(t *testing.T) {
-	started := make(chan struct{})
-	s := newSetup(t, Options{FirstByte: 5 * time.Second}, 0, sseHandler(chunk, func(w http.ResponseWriter, r *http.Request) {
-		close(started)
-		waitGone(w, r)
-	}))
+	s := newSetup(t, Options{FirstByte: 5 * time.Second}, 0, sseHandler(chunk, waitGone))
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-started; time.Sleep(50 * time.Millisecond); cancel() }()
+	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.relayURL, nil)
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
+	// Hang up once the first event is here, so the relay has committed
+	// (a fixed pause after the upstream's first write could end before
+	// Open on a loaded machine, and Open would fail instead).
+	if _, err := resp.Body.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("first byte: %v", err)
+	}
+	cancel()
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 	if res := s.result(t); !res.ClientGone || res.Code != "" {
 		t.Fatalf("result %+v", res)
 	}
