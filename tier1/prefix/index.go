@@ -242,7 +242,12 @@ func (x *Index) PodLen(pod string) int {
 // checks it under churn), and across shards as nearly as their evictions
 // keep pace, which uniform hashing makes close.
 func (x *Index) Record(pod string, hashes []uint64) {
-	k := x.key.Load()
+	x.recordWith(pod, hashes, x.key.Load())
+}
+
+// recordWith records the kept blocks of hashes (IndexOptions.Stride) for
+// pod, keyed with k first when k is not nil, through a pooled buffer.
+func (x *Index) recordWith(pod string, hashes []uint64, k *Key) {
 	if len(hashes) == 0 {
 		return
 	}
@@ -280,22 +285,7 @@ func (x *Index) sample(dst, hashes []uint64) []uint64 {
 // RecordKeyed is Record for hashes already keyed with the index's key (a
 // peer replica's records, tier1/peers); without a key it is Record.
 func (x *Index) RecordKeyed(pod string, hashes []uint64) {
-	if len(hashes) == 0 {
-		return
-	}
-	hashes = hashes[:min(len(hashes), x.opts.MaxBlocksPerPod)]
-	if x.opts.Stride == 1 {
-		x.record(pod, hashes)
-		return
-	}
-	bp, _ := x.keyed.Get().(*[]uint64)
-	if bp == nil {
-		bp = new([]uint64)
-	}
-	buf := x.sample((*bp)[:0], hashes)
-	x.record(pod, buf)
-	*bp = buf
-	x.keyed.Put(bp)
+	x.recordWith(pod, hashes, nil)
 }
 
 // record puts a prompt's kept, keyed hashes in the index for pod.
