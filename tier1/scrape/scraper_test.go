@@ -95,10 +95,21 @@ func TestScraper(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The scrapes the scraper starts, counted as it sends them (the pod
+	// counts them when they arrive, which may be later).
+	var sent atomic.Int64
+	tr := NewTransport()
+	counting := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Path == "/metrics" {
+			sent.Add(1)
+		}
+		return tr.RoundTrip(r)
+	})
 	s := New(ctx, Options{
 		Interval:     5 * time.Millisecond,
 		IdleInterval: -1, // every scrape at Interval
 		Timeout:      time.Second,
+		Client:       &http.Client{Transport: counting},
 		Logger:       slog.New(slog.NewTextHandler(logs, nil)),
 		Registerer:   reg,
 	})
@@ -171,11 +182,12 @@ func TestScraper(t *testing.T) {
 	if _, ok := s.Get("tgi-0"); ok {
 		t.Error("removed pod still present")
 	}
-	// A request already on the wire may still land; none may start after.
-	time.Sleep(20 * time.Millisecond)
-	before := pod.scrapes.Load()
+	// None may start after: SetTargets returns once the pod's loop has
+	// ended. Counted where they start, not at the pod, where one already
+	// on the wire may still land, later than any fixed pause under load.
+	before := sent.Load()
 	time.Sleep(30 * time.Millisecond)
-	if after := pod.scrapes.Load(); after != before {
+	if after := sent.Load(); after != before {
 		t.Errorf("scrapes continued after removal: %d -> %d", before, after)
 	}
 	if n := len(series(t, reg, "infergate_tier1_scrape_age_seconds")); n != 0 {
