@@ -81,6 +81,8 @@ func TestCheckCommand(t *testing.T) {
 			[]string{`:6:25: routing.max_attempts: want a whole number ≥ 1, got 0`}},
 		{"tier2: negative count for a whole number ≥ 0", checkTier2 + "routing:\n  breaker: {consecutive_failures: -1}\n",
 			[]string{`:7:35: routing.breaker.consecutive_failures: want a whole number ≥ 0, got "-1"`}},
+		{"tier2: negative redis timeout", checkTier2 + "limits: {redis_timeout: -50ms}\n",
+			[]string{`:6:10: limits.redis_timeout: -50ms is negative (leave it out for the default)`}},
 		{"tier2: bad tenant limit", checkTier2 + "  - {id: bank, limits: {rpm: -5}}\n",
 			[]string{`:6:25: tenants[1].limits.rpm: must be >= 0`}},
 		{"tier2: key for an unknown tenant", checkTier2 + "keys:\n  - {tenant: acmee, key: sk-1}\n",

@@ -152,6 +152,10 @@ type RedisConfig struct {
 type LimitsConfig struct {
 	Replicas   int  `yaml:"replicas"`    // Tier 2 replicas sharing Redis, for each one's local share while Redis is down; default 1
 	FailClosed bool `yaml:"fail_closed"` // reject while Redis is down (default: fail open to local shares)
+	// RedisTimeout bounds each limiter call to Redis on the request path;
+	// a call that takes longer is decided by this replica's local share
+	// (default 50ms). Raise it where Redis is far or busy.
+	RedisTimeout time.Duration `yaml:"redis_timeout"`
 }
 
 // AdminConfig is the admin API's listener and credential.
@@ -258,7 +262,7 @@ func (c *Config) validateNumbers() []error {
 		{"tier1.poll_interval", c.Tier1.PollInterval}, {"tier1.poll_timeout", c.Tier1.PollTimeout},
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout}, {"server.body_read_timeout", c.Server.BodyReadTimeout},
 		{"server.idle_timeout", c.Server.IdleTimeout}, {"server.stream_write_timeout", c.Server.StreamWriteTimeout},
-		{"server.max_stream_duration", c.Server.MaxStreamDuration},
+		{"server.max_stream_duration", c.Server.MaxStreamDuration}, {"limits.redis_timeout", c.Limits.RedisTimeout},
 	}
 	if c.Consul != nil {
 		durations = append(durations, struct {

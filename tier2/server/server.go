@@ -152,7 +152,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *Server, err error) {
 	}
 	s.auth = auth
 	s.limiter = ratelimit.New(ratelimit.Options{Redis: s.rdb, KeyPrefix: limiterPrefix, Replicas: cfg.Limits.Replicas,
-		FailClosed: cfg.Limits.FailClosed, Logger: log.With("component", "ratelimit"), ReplicaID: replicaID(),
+		FailClosed: cfg.Limits.FailClosed, Timeout: cfg.Limits.RedisTimeout, Logger: log.With("component", "ratelimit"), ReplicaID: replicaID(),
 		// The router, built below, knows adapters from load summaries.
 		BaseModel: func(model string) string { return s.router.BaseModel(model) }})
 	if err := reg.Register(s.limiter.Collector()); err != nil {
