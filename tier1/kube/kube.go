@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
+	loader "github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/config"
 	"github.com/infergate/infergate/tier1/kvevents"
 )
@@ -116,9 +117,7 @@ func New(cfg config.KubernetesConfig, pools []string, sink Sink, opts Options) (
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Recheck <= 0 {
-		opts.Recheck = 10 * time.Second
-	}
+	loader.Default(&opts.Recheck, 10*time.Second)
 	for i, src := range cfg.Sources {
 		if src.Selector != "" {
 			if _, err := labels.Parse(src.Selector); err != nil {

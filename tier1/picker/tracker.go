@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier1/prefix"
 )
 
@@ -103,9 +104,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	if opts.Alpha <= 0 || opts.Alpha > 1 {
 		opts.Alpha = 0.05
 	}
-	if opts.MinSampleTokens <= 0 {
-		opts.MinSampleTokens = 32
-	}
+	config.Default(&opts.MinSampleTokens, 32)
 	t := &Tracker{
 		opts: opts,
 		idx:  prefix.NewIndex(opts.Index),
@@ -114,9 +113,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	}
 	t.sessions.opts = opts.Sessions
 	if opts.RecordAsync {
-		if opts.RecordQueue <= 0 {
-			t.opts.RecordQueue = 1024
-		}
+		config.Default(&t.opts.RecordQueue, 1024)
 		t.rec = &recorder{idx: t.idx, limit: t.opts.RecordQueue}
 	}
 	return t

@@ -3,6 +3,8 @@ package prefix
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/infergate/infergate/shared/config"
 )
 
 // Default capacities. 32,768 blocks of 16 tokens ≈ 512k tokens, about what
@@ -35,18 +37,10 @@ type IndexOptions struct {
 }
 
 func (o IndexOptions) withDefaults() IndexOptions {
-	if o.MaxBlocks <= 0 {
-		o.MaxBlocks = DefaultIndexBlocks
-	}
-	if o.MaxBlocksPerPod <= 0 {
-		o.MaxBlocksPerPod = DefaultPodBlocks
-	}
-	if o.MaxBlocksPerPod > o.MaxBlocks {
-		o.MaxBlocksPerPod = o.MaxBlocks
-	}
-	if o.Stride <= 0 {
-		o.Stride = DefaultStride
-	}
+	config.Default(&o.MaxBlocks, DefaultIndexBlocks)
+	config.Default(&o.MaxBlocksPerPod, DefaultPodBlocks)
+	o.MaxBlocksPerPod = min(o.MaxBlocksPerPod, o.MaxBlocks)
+	config.Default(&o.Stride, DefaultStride)
 	return o
 }
 

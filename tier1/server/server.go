@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/infergate/infergate/shared/cluster"
+	loader "github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/tlsfiles"
 	"github.com/infergate/infergate/shared/tracing"
 	"github.com/infergate/infergate/tier1/config"
@@ -81,9 +82,7 @@ func New(ctx context.Context, cfg *Config, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = 30 * time.Second
-	}
+	loader.Default(&opts.ShutdownTimeout, 30*time.Second)
 	if opts.ExtProc.Logger == nil {
 		opts.ExtProc.Logger = opts.Logger
 	}
