@@ -83,10 +83,14 @@ func TestNewConversationsSpreadThroughGateway(t *testing.T) {
 			e := newEnv(t, pods, cfg)
 			turn := func(conv, n int) string {
 				t.Helper()
-				// The opening question spans several prefix blocks, so the
+				// The opening question spans about 25 prefix blocks, so the
 				// conversation's history, not only the shared system prompt,
-				// is what its next turn finds cached.
-				question := strings.Repeat(fmt.Sprintf("conversation %d opens with its own long question. ", conv), 8)
+				// is what its next turn finds cached, and by a margin no
+				// noise in the fake pods' learned speeds outweighs (with 6
+				// blocks, 4 after the index's stride, a loaded machine sent
+				// a second turn to a pod whose measured speed was a few
+				// percent better).
+				question := strings.Repeat(fmt.Sprintf("conversation %d opens with its own long question. ", conv), 32)
 				msgs := fmt.Sprintf(`{"role":"system","content":%q},{"role":"user","content":%q}`, system, question)
 				if n > 1 {
 					msgs += fmt.Sprintf(`,{"role":"assistant","content":"an answer for conversation %d"},{"role":"user","content":"a follow-up"}`, conv)
