@@ -28,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/infergate/infergate/shared/clock"
 	"github.com/infergate/infergate/shared/metric"
 )
 
@@ -275,15 +276,8 @@ func (f *files) watch(ctx context.Context) {
 	if f.opts.Interval < 0 {
 		return
 	}
-	t := time.NewTicker(f.opts.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f.Reload()
-		}
+	for range clock.Ticks(ctx, f.opts.Interval) {
+		f.Reload()
 	}
 }
 

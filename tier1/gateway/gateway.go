@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/infergate/infergate/shared/clock"
 	"github.com/infergate/infergate/shared/cluster"
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/shared/openai"
@@ -433,14 +434,7 @@ func (g *Gateway) watchConfig(ctx context.Context, path string, every time.Durat
 		return fi.ModTime(), fi.Size()
 	}
 	lastMod, lastSize := stamp()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for range clock.Ticks(ctx, every) {
 		mod, size := stamp()
 		if size < 0 || (mod.Equal(lastMod) && size == lastSize) {
 			continue

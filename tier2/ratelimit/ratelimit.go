@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/infergate/infergate/shared/clock"
 	"github.com/infergate/infergate/shared/config"
 	"github.com/infergate/infergate/tier2/tenant"
 )
@@ -679,14 +680,7 @@ func (l *Limiter) probe(ctx context.Context) {
 
 func (l *Limiter) loop(ctx context.Context) {
 	defer close(l.done)
-	tick := time.NewTicker(l.opts.SyncInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	for range clock.Ticks(ctx, l.opts.SyncInterval) {
 		if l.down.Load() {
 			l.probe(ctx)
 			continue
