@@ -279,7 +279,7 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 	if err != nil {
 		return err
 	}
-	mln = wrap(mln, s.tls.metrics)
+	mln = s.tls.metrics.Wrap(mln)
 	metricsDone := make(chan error, 1)
 	if mln != nil {
 		go func() {
@@ -297,7 +297,7 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 	extProcDone := make(chan error, 1)
 	if extProcLn != nil {
 		eopts := s.opts.ExtProc
-		eopts.TLS = configOf(s.tls.extProc)
+		eopts.TLS = s.tls.extProc.ConfigOrNil()
 		srv := extproc.New(s.gw, eopts)
 		go func() {
 			err := srv.Serve(ctx, extProcLn, s.opts.ShutdownTimeout)
@@ -310,7 +310,7 @@ func (s *Server) Serve(ctx context.Context, ln, extProcLn net.Listener) error {
 	} else {
 		extProcDone <- nil
 	}
-	err = s.gw.Serve(ctx, wrap(ln, s.tls.api), s.opts.ShutdownTimeout)
+	err = s.gw.Serve(ctx, s.tls.api.Wrap(ln), s.opts.ShutdownTimeout)
 	cancel() // the HTTP listener ended: stop the other listeners too
 	if eerr := <-extProcDone; err == nil && eerr != nil {
 		err = fmt.Errorf("ext_proc: %w", eerr)

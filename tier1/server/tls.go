@@ -2,10 +2,8 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,9 +36,3 @@ func loadListenerTLS(ctx context.Context, cfg *Config, reg prometheus.Registerer
 	}
 	return listenerTLS{api: scs[0], metrics: scs[1], extProc: scs[2]}, nil
 }
-
-// wrap serves ln over TLS with sc, or returns it as is when either is nil.
-func wrap(ln net.Listener, sc *tlsfiles.ServerConfig) net.Listener { return sc.Wrap(ln) }
-
-// configOf is sc's configuration, nil when sc is.
-func configOf(sc *tlsfiles.ServerConfig) *tls.Config { return sc.ConfigOrNil() }

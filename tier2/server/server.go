@@ -314,15 +314,15 @@ func (s *Server) ServeListeners(ctx context.Context, ls Listeners) error {
 	// each request body (BodyReadTimeout).
 	// Listeners are plain TCP; TLS is added where the config turns it on.
 	serveHTTP("api", &http.Server{Handler: s.gw, ReadHeaderTimeout: sc.ReadHeaderTimeout, IdleTimeout: sc.IdleTimeout,
-		MaxHeaderBytes: 64 << 10}, wrap(ls.API, s.tls.api))
+		MaxHeaderBytes: 64 << 10}, s.tls.api.Wrap(ls.API))
 	if ls.Admin != nil {
 		// The status page (docs/operations.md) beside the admin API it reads.
-		serveHTTP("admin", s.plainServer(statusui.Mount(s.admin.Handler(), statusui.Tier2)), wrap(ls.Admin, s.tls.admin))
+		serveHTTP("admin", s.plainServer(statusui.Mount(s.admin.Handler(), statusui.Tier2)), s.tls.admin.Wrap(ls.Admin))
 	}
 	if ls.Metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-		serveHTTP("metrics", s.plainServer(mux), wrap(ls.Metrics, s.tls.metrics))
+		serveHTTP("metrics", s.plainServer(mux), s.tls.metrics.Wrap(ls.Metrics))
 	}
 	if s.cfg.Consul != nil {
 		s.log.Info("discovering tier1 clusters through consul", "address", s.cfg.Consul.Address, "service", s.cfg.Consul.Service, "seeds", len(s.cfg.Clusters))

@@ -68,9 +68,6 @@ func (ts tlsState) tier1Dialer(dial dialFunc, timeout time.Duration) dialFunc {
 	}
 }
 
-// wrap serves ln over TLS with sc, or returns it as is when either is nil.
-func wrap(ln net.Listener, sc *tlsfiles.ServerConfig) net.Listener { return sc.Wrap(ln) }
-
 // tier1HandshakeTimeout bounds connecting to a Tier 1 over TLS, handshake
 // included: what gateway.NewTransport allows for the two (2s + 5s).
 const tier1HandshakeTimeout = 7 * time.Second
