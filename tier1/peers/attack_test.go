@@ -321,8 +321,10 @@ func (r *relay) serve(c net.Conn) {
 	for {
 		select {
 		case b := <-r.inject:
-			_, _ = up.Write(b)
+			// Marked before the write: the target may drop the
+			// connection before Write returns.
 			close(injected)
+			_, _ = up.Write(b)
 			_, _ = io.Copy(up, c)
 			return
 		default:
