@@ -2,15 +2,9 @@ package scrape
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/infergate/infergate/shared/config"
-	"github.com/infergate/infergate/shared/getjson"
 	"github.com/infergate/infergate/shared/metric"
 	"github.com/infergate/infergate/tier1/picker"
 )
@@ -31,34 +24,6 @@ type Target struct {
 	// Needs is the set of inputs the enabled scorers read for this pod; a
 	// pod whose engine does not export one is reported.
 	Needs Input
-}
-
-// Model is one entry of a pod's /v1/models.
-type Model struct {
-	ID     string `json:"id"`
-	Root   string `json:"root,omitempty"`
-	Parent string `json:"parent,omitempty"` // base model of a LoRA adapter
-	// The rest of the engine's model card, which Tier 1's /v1/models
-	// passes on.
-	Created     CardInt `json:"created,omitempty"`
-	OwnedBy     string  `json:"owned_by,omitempty"`
-	MaxModelLen CardInt `json:"max_model_len,omitempty"`
-}
-
-// CardInt is a model card's integer field. A value that is not a
-// non-negative number (null, a string) reads as 0 rather than failing the
-// whole model list.
-type CardInt int64
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (n *CardInt) UnmarshalJSON(b []byte) error {
-	var f float64
-	if json.Unmarshal(b, &f) == nil && f >= 0 && f < 1<<53 {
-		*n = CardInt(f)
-	} else {
-		*n = 0
-	}
-	return nil
 }
 
 // PodState is the latest scraped state of one pod. Values are immutable once
@@ -170,39 +135,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-}
-
-// NewTransport is the transport of the scraper's HTTP client, tuned for
-// polling many pods; a caller scraping pods over https sets its TLS
-// (DialTLSContext, TLSClientConfig) and keeps the rest.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy: nil, // pods are cluster-local; never via HTTP_PROXY
-		// The scrape timeout (the request's context) bounds dialling.
-		DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout: 10 * time.Second,
-		// One connection per pod: a pod's /metrics and /v1/models are
-		// fetched one after the other by its scrape goroutine, and a
-		// response read to its end puts the connection back in the pool
-		// before the next request asks for one. No total limit: the
-		// default of 100 idle connections would make a large pool redial.
-		MaxConnsPerHost:     1,
-		MaxIdleConnsPerHost: 1,
-		MaxIdleConns:        0,
-		// Longer than any sensible idle interval, so an idle pod's
-		// connection survives between scrapes (model servers close theirs
-		// sooner: uvicorn after 5s).
-		IdleConnTimeout: 2 * time.Minute,
-		// Pods sit on the cluster network; inflating a gzipped page costs
-		// the router more CPU than the bytes it saves.
-		DisableCompression: true,
-		// A vLLM page (~50 KB) is read in one or two system calls, not
-		// 4 KB ones.
-		ReadBufferSize:         64 << 10,
-		MaxResponseHeaderBytes: 64 << 10,
-		// HTTP/1.1, as model servers speak it (no ALPN offered).
-		ForceAttemptHTTP2: false,
 	}
 }
 
@@ -519,118 +451,6 @@ func (s *Scraper) reportMissing(tg *target, engine string, missing []string) {
 		slices.Sort(gone)
 		s.opts.Logger.Info("pod now exports previously missing metrics", "pod", tg.t.Name, "metrics", gone)
 	}
-}
-
-// fetchMetrics reads /metrics (base is the request, built once) and parses
-// the page where it landed.
-func (s *Scraper) fetchMetrics(ctx context.Context, tg *target, base *http.Request) (Sample, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	resp, err := s.opts.Client.Do(base.WithContext(ctx))
-	if err != nil {
-		return Sample{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		// Read a short error body so the connection is kept; a long one
-		// is not worth it.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return Sample{}, fmt.Errorf("GET /metrics: status %d", resp.StatusCode)
-	}
-	// identity was asked for; a compressed page would reach the parser as
-	// bytes it cannot read.
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return Sample{}, fmt.Errorf("GET /metrics: unsupported Content-Encoding %q (identity was asked for)", ce)
-	}
-	bp := pageBufs.Get().(*[]byte)
-	defer func() {
-		if cap(*bp) <= pooledPageBuf {
-			pageBufs.Put(bp)
-		}
-	}()
-	page, err := readPage(resp.Body, (*bp)[:0], resp.ContentLength, maxPage)
-	*bp = page[:0] // keep a grown buffer
-	if err != nil {
-		return Sample{}, fmt.Errorf("GET /metrics: %w", err)
-	}
-	return parsePage(tg.t.Engine, page, &tg.state.Load().Metrics)
-}
-
-// Bounds on a /metrics page.
-const (
-	maxPage        = 16 << 20 // larger pages fail the scrape
-	initialPageBuf = 64 << 10 // a vLLM page is ~50 KB
-	pooledPageBuf  = 1 << 20  // larger buffers are not kept for reuse
-)
-
-var errPageTooLarge = errors.New("metrics page too large")
-
-// pageBufs holds page buffers: a pod's is needed only while its scrape
-// runs, so a few serve every pod.
-var pageBufs = sync.Pool{New: func() any { b := make([]byte, 0, initialPageBuf); return &b }}
-
-// readPage appends r's bytes to buf up to EOF; a page over limit bytes (or
-// announced as such by length, -1 when unknown) is an error.
-func readPage(r io.Reader, buf []byte, length int64, limit int) ([]byte, error) {
-	if length > int64(limit) {
-		return buf, fmt.Errorf("%w (%d bytes, over %d)", errPageTooLarge, length, limit)
-	}
-	if length >= 0 {
-		// One more byte than announced, so EOF is seen without a grow.
-		buf = slices.Grow(buf, int(length)+1)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			if len(buf) > limit {
-				return buf, fmt.Errorf("%w (over %d bytes)", errPageTooLarge, limit)
-			}
-			buf = slices.Grow(buf, min(max(cap(buf), initialPageBuf), limit+1-len(buf)))
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if len(buf) > limit {
-			return buf, fmt.Errorf("%w (over %d bytes)", errPageTooLarge, limit)
-		}
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
-}
-
-func (s *Scraper) scrapeModels(ctx context.Context, tg *target) {
-	models, err := s.fetchModels(ctx, tg.t)
-	if ctx.Err() != nil {
-		return
-	}
-	if err != nil {
-		// Keep the last good list: adapters rarely change and /metrics
-		// already tracks liveness.
-		s.opts.Logger.Debug("read /v1/models failed", "pod", tg.t.Name, "err", err)
-		return
-	}
-	next := *tg.state.Load()
-	next.Models = models
-	next.ModelsAt = time.Now()
-	tg.state.Store(&next)
-}
-
-func (s *Scraper) fetchModels(ctx context.Context, t Target) ([]Model, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	var list struct {
-		Data []Model `json:"data"`
-	}
-	u := s.opts.Scheme + "://" + t.Address + "/v1/models"
-	if err := getjson.Get(ctx, s.opts.Client, getjson.Request{URL: u, Token: s.opts.ModelsToken, Limit: 4 << 20}, &list); err != nil {
-		return nil, fmt.Errorf("GET /v1/models: %w", err)
-	}
-	if list.Data == nil {
-		list.Data = []Model{}
-	}
-	return list.Data, nil
 }
 
 // ageCollector exports the age of each pod's last successful scrape,
