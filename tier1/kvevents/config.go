@@ -64,10 +64,8 @@ type Config struct {
 	// MaxMessageBytes caps one ZeroMQ message (all frames); a peer
 	// sending more is disconnected before the message is read.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-	// MaxBlocksPerPod caps the blocks indexed per pod.
-	MaxBlocksPerPod int `yaml:"max_blocks_per_pod"`
-	// MaxConnections caps publishers connected at once in bind mode.
-	MaxConnections int `yaml:"max_connections"`
+	MaxBlocksPerPod int `yaml:"max_blocks_per_pod"` // caps the blocks indexed per pod
+	MaxConnections  int `yaml:"max_connections"`    // caps publishers connected at once in bind mode
 	// StaleAfter marks a pod stale after that long without an event;
 	// RebuildWindow is how long a pod stays stale after lost history.
 	StaleAfter    time.Duration `yaml:"stale_after"`
