@@ -73,6 +73,11 @@ type CompareOptions struct {
 	Warmup time.Duration
 	// Settle is a pause after every window; default 1s, negative none.
 	Settle time.Duration
+	// Idle is a window with no load at the start of every round, to read
+	// each process's CPU use without requests (Tier 1 still scrapes: the
+	// fake pods report a running request, so they are busy and scraped
+	// every interval, as under load); default 5s, negative none.
+	Idle time.Duration
 	// Timeout bounds each request; default 10s.
 	Timeout time.Duration
 	// MaxInFlight requests per window; default 5000.
@@ -118,6 +123,9 @@ func (o *CompareOptions) defaults() {
 	if o.Settle == 0 {
 		o.Settle = time.Second
 	}
+	if o.Idle == 0 {
+		o.Idle = 5 * time.Second
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
@@ -141,6 +149,7 @@ type CompareReport struct {
 	Window        time.Duration
 	Rounds        int
 	Windows       []Window
+	Idle          []IdleWindow `json:",omitempty"`
 	Rows          []CompareRow
 	Profiles      []string `json:",omitempty"`
 	LoadAvgBefore float64
@@ -163,11 +172,23 @@ type Window struct {
 	// CPU is the CPU time every process used during the window: bare,
 	// tier1, tier2 (those running), pods and generator (this process).
 	CPU map[string]time.Duration
+	// Span is the time between the two CPU readings around the window.
+	Span time.Duration
 	// PerRequest is the path's own process's CPU per OK request (for
 	// tier2: the Tier 2 process, not the bare proxy behind it).
 	PerRequest time.Duration
 	// BehindPerRequest is, for tier2, the bare proxy's CPU per request.
 	BehindPerRequest time.Duration `json:",omitempty"`
+}
+
+// IdleWindow is a window with no load, at the start of a round.
+type IdleWindow struct {
+	Rate  float64
+	Round int
+	Span  time.Duration
+	// Cores is each process's CPU time over Span, in cores: what it
+	// spends with no requests (Tier 1: scraping the pods).
+	Cores map[string]float64
 }
 
 // CompareRow summarises one path at one rate over its rounds.
@@ -178,13 +199,23 @@ type CompareRow struct {
 	// rounds; Mean over all of them (total CPU / total OK).
 	PerRequestMin, PerRequestMax, PerRequestMean time.Duration
 	// Ratio is Mean over the bare proxy's Mean at the same rate;
-	// RatioMin and RatioMax pair each round with the bare window of the
-	// same round.
-	Ratio, RatioMin, RatioMax float64
+	// RatioMin, RatioMedian and RatioMax pair each round with the bare
+	// window of the same round (with many short rounds the median is the
+	// figure least moved by the machine's drift).
+	Ratio, RatioMin, RatioMedian, RatioMax float64
 	// BehindPerRequest: for tier2, the bare proxy behind it, mean.
 	BehindPerRequest time.Duration `json:",omitempty"`
-	Delivered        float64       // mean over the rounds, req/s
-	Errors           int           // errors + dropped over the rounds
+	// NoLoadCores is the path's process's mean CPU use in the rounds'
+	// idle windows; NetPerRequest is PerRequestMean less that use over
+	// the path's windows, and NetRatio its ratio to the bare proxy's
+	// (zero without idle windows). Net figures are a decomposition, not
+	// the goal: under load the background work shares wake-ups with
+	// requests and may cost less than alone.
+	NoLoadCores   float64       `json:",omitempty"`
+	NetPerRequest time.Duration `json:",omitempty"`
+	NetRatio      float64       `json:",omitempty"`
+	Delivered     float64       // mean over the rounds, req/s
+	Errors        int           // errors + dropped over the rounds
 }
 
 // process is one process of the comparison whose CPU is read.
@@ -423,6 +454,29 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 			}
 		}
 		for round := 0; round < o.Rounds; round++ {
+			if o.Idle > 0 {
+				t0 := time.Now()
+				c0, err := cpuAll()
+				if err != nil {
+					return nil, err
+				}
+				if err := pause(o.Idle); err != nil {
+					return nil, err
+				}
+				c1, err := cpuAll()
+				if err != nil {
+					return nil, err
+				}
+				iw := IdleWindow{Rate: rate, Round: round + 1, Span: time.Since(t0), Cores: map[string]float64{}}
+				for n, c := range c1 {
+					iw.Cores[n] = (c - c0[n]).Seconds() / iw.Span.Seconds()
+				}
+				rep.Idle = append(rep.Idle, iw)
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, "rate %g round %d no load for %v: tier1 %.3f, tier2 %.3f, bare %.3f, pods %.3f cores\n",
+						rate, round+1, o.Idle, iw.Cores[PathTier1], iw.Cores[PathTier2], iw.Cores[PathBare], iw.Cores["pods"])
+				}
+			}
 			for i := range o.Paths {
 				// Rotate the order each round: every path follows every
 				// other once in a while.
@@ -436,12 +490,14 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 						return nil, err
 					}
 				}
+				t0 := time.Now()
 				c0, err := cpuAll()
 				if err != nil {
 					return nil, err
 				}
 				res := p.run(ctx)
 				c1, err := cpuAll()
+				span := time.Since(t0)
 				if err != nil {
 					return nil, err
 				}
@@ -456,7 +512,7 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 				}
 				w := Window{Path: path, Rate: rate, Round: round + 1, Sent: res.Sent, OK: res.OK, Errors: res.Errors,
 					Dropped: res.Dropped, FirstErr: res.FirstErr, Wall: res.Elapsed, Latency: distOf(res.Latencies),
-					LoadAvg: LoadAvg(), CPU: map[string]time.Duration{}}
+					LoadAvg: LoadAvg(), CPU: map[string]time.Duration{}, Span: span}
 				for n, c := range c1 {
 					w.CPU[n] = c - c0[n]
 				}
@@ -483,8 +539,20 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 		}
 	}
 	rep.LoadAvgAfter = LoadAvg()
-	rep.Rows = compareRows(rep.Windows, o.Paths, o.Rates)
+	rep.Rows = compareRows(rep.Windows, rep.Idle, o.Paths, o.Rates)
 	return rep, nil
+}
+
+// median of xs (0 for none); xs is sorted in place.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	if m := len(xs) / 2; len(xs)%2 == 0 {
+		return (xs[m-1] + xs[m]) / 2
+	}
+	return xs[len(xs)/2]
 }
 
 func perReq(cpu time.Duration, ok int) time.Duration {
@@ -496,24 +564,48 @@ func perReq(cpu time.Duration, ok int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// compareRows summarises the windows per path and rate.
-func compareRows(ws []Window, paths []string, rates []float64) []CompareRow {
+// compareRows summarises the windows per path and rate. Net figures
+// subtract from each window the path's process's use in the idle window
+// of the same round.
+func compareRows(ws []Window, idle []IdleWindow, paths []string, rates []float64) []CompareRow {
 	var rows []CompareRow
 	for _, rate := range rates {
+		noLoad := map[int]map[string]float64{} // round → process → cores
+		for _, iw := range idle {
+			if iw.Rate == rate {
+				noLoad[iw.Round] = iw.Cores
+			}
+		}
+		// net is w's CPU for process less its no-load use over w.
+		net := func(w Window, process string) time.Duration {
+			c := noLoad[w.Round][process] * w.Span.Seconds()
+			return w.CPU[process] - time.Duration(c*float64(time.Second))
+		}
 		bare := map[int]time.Duration{} // round → bare per request
-		var bareCPU time.Duration
+		var bareCPU, bareNet time.Duration
 		var bareOK int
 		for _, w := range ws {
 			if w.Rate == rate && w.Path == PathBare {
 				bare[w.Round] = w.PerRequest
 				bareCPU += w.CPU[PathBare]
+				bareNet += net(w, PathBare)
 				bareOK += w.OK
 			}
 		}
 		for _, path := range paths {
 			r := CompareRow{Path: path, Rate: rate}
-			var cpu, behind time.Duration
-			var ok, n int
+			var cpu, netCPU, behind time.Duration
+			var ok, n, idleN int
+			var ratios []float64
+			for _, iw := range idle {
+				if iw.Rate == rate {
+					r.NoLoadCores += iw.Cores[path]
+					idleN++
+				}
+			}
+			if idleN > 0 {
+				r.NoLoadCores /= float64(idleN)
+			}
 			for _, w := range ws {
 				if w.Rate != rate || w.Path != path {
 					continue
@@ -523,12 +615,14 @@ func compareRows(ws []Window, paths []string, rates []float64) []CompareRow {
 				}
 				r.PerRequestMax = max(r.PerRequestMax, w.PerRequest)
 				cpu += w.CPU[path]
+				netCPU += net(w, path)
 				behind += w.CPU[PathBare]
 				ok += w.OK
 				r.Delivered += w.Delivered
 				r.Errors += w.Errors + w.Dropped
 				if b := bare[w.Round]; b > 0 {
 					x := float64(w.PerRequest) / float64(b)
+					ratios = append(ratios, x)
 					if n == 0 || x < r.RatioMin {
 						r.RatioMin = x
 					}
@@ -541,11 +635,18 @@ func compareRows(ws []Window, paths []string, rates []float64) []CompareRow {
 			}
 			r.Delivered /= float64(n)
 			r.PerRequestMean = perReq(cpu, ok)
+			r.RatioMedian = median(ratios)
 			if path == PathTier2 {
 				r.BehindPerRequest = perReq(behind, ok)
 			}
 			if bareOK > 0 && bareCPU > 0 {
 				r.Ratio = float64(r.PerRequestMean) / float64(perReq(bareCPU, bareOK))
+			}
+			if idleN > 0 {
+				r.NetPerRequest = perReq(netCPU, ok)
+				if b := perReq(bareNet, bareOK); b > 0 {
+					r.NetRatio = float64(r.NetPerRequest) / float64(b)
+				}
 			}
 			rows = append(rows, r)
 		}
@@ -557,16 +658,23 @@ func compareRows(ws []Window, paths []string, rates []float64) []CompareRow {
 func (r *CompareReport) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "CPU per request beside a bare httputil.ReverseProxy, %s (%s): %d fake pods, %d-byte chat bodies, %d%% streaming, %v windows, %d rounds; load average %.1f before, %.1f after.\n\n",
 		r.Start.Format(time.RFC3339), r.Binary, r.Pods, r.BodyBytes, r.StreamPct, r.Window, r.Rounds, r.LoadAvgBefore, r.LoadAvgAfter)
-	fmt.Fprintln(w, "| path | rate (req/s) | CPU ms per request (rounds) | mean | × bare (mean; rounds) | delivered (req/s) | errors+dropped |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| path | rate (req/s) | CPU ms per request (rounds) | mean | × bare (mean; median, range of rounds) | no-load cores | net ms per request; × bare | delivered (req/s) | errors+dropped |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, x := range r.Rows {
 		name := x.Path
 		if x.Path == PathTier2 {
 			name = fmt.Sprintf("tier2 (bare proxy behind it: %.3f)", ms(x.BehindPerRequest))
 		}
-		fmt.Fprintf(w, "| %s | %g | %.3f–%.3f | %.3f | %.2f; %.2f–%.2f | %.0f | %d |\n",
+		net := "–"
+		if x.NetPerRequest != 0 {
+			net = fmt.Sprintf("%.3f; %.2f", ms(x.NetPerRequest), x.NetRatio)
+		}
+		fmt.Fprintf(w, "| %s | %g | %.3f–%.3f | %.3f | %.2f; %.2f, %.2f–%.2f | %.3f | %s | %.0f | %d |\n",
 			name, x.Rate, ms(x.PerRequestMin), ms(x.PerRequestMax), ms(x.PerRequestMean),
-			x.Ratio, x.RatioMin, x.RatioMax, x.Delivered, x.Errors)
+			x.Ratio, x.RatioMedian, x.RatioMin, x.RatioMax, x.NoLoadCores, net, x.Delivered, x.Errors)
+	}
+	if len(r.Idle) > 0 {
+		fmt.Fprintln(w, "\nNo-load cores: each process's CPU use in a window with no requests at the start of every round (Tier 1 keeps scraping the pods, which report a running request). Net: CPU per request less that use over the window; a decomposition, not the goal.")
 	}
 	for _, x := range r.Windows {
 		if x.FirstErr != "" {

@@ -109,6 +109,7 @@ func runLoadbenchCPU(ctx context.Context, args []string, stdout, stderr io.Write
 		streamPct = fs.Int("stream-percent", 50, "percent of requests that stream (0..100)")
 		warmup    = fs.Duration("warmup", 3*time.Second, "unrecorded load on every path before each rate (0 = none)")
 		settle    = fs.Duration("settle", time.Second, "pause after every window (0 = none)")
+		idle      = fs.Duration("idle", 5*time.Second, "a window with no load at the start of every round, for each process's CPU use without requests (0 = none)")
 		logLevel  = fs.String("log-level", "info", "the infergate processes' --log-level")
 		cpuprof   = fs.String("cpuprofile", "", "file name prefix: profile Tier 1 and Tier 2 during their windows at --profile-rate (needs --infergate empty)")
 		profRate  = fs.Float64("profile-rate", 0, "the rate --cpuprofile covers (default the highest of --rates)")
@@ -145,7 +146,7 @@ func runLoadbenchCPU(ctx context.Context, args []string, stdout, stderr io.Write
 	o := load.CompareOptions{
 		Command: []string{exe, "loadbench"}, Infergate: *bin, LogLevel: *logLevel, Rates: rs, Window: *window,
 		Rounds: *rounds, Pods: *pods, StreamPercent: *streamPct, Warmup: *warmup, Settle: *settle,
-		CPUProfile: *cpuprof, ProfileRate: *profRate, Progress: stderr,
+		CPUProfile: *cpuprof, ProfileRate: *profRate, Idle: *idle, Progress: stderr,
 	}
 	for _, p := range strings.Split(*paths, ",") {
 		o.Paths = append(o.Paths, strings.TrimSpace(p))
@@ -158,6 +159,9 @@ func runLoadbenchCPU(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if *settle == 0 {
 		o.Settle = -1
+	}
+	if *idle == 0 {
+		o.Idle = -1
 	}
 	rep, err := load.RunCompare(ctx, o)
 	if err != nil {
