@@ -19,6 +19,7 @@ import (
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/infergate/infergate/shared/clock"
 	"github.com/infergate/infergate/tier1/peers/meshpb"
 	"github.com/infergate/infergate/tier1/picker"
 )
@@ -317,40 +318,33 @@ func (n *Node) apply(o *origin, b *meshpb.Batch) error {
 // reap drops the state of streams silent for longer than the TTL, and
 // warns (rate-limited) when updates were dropped.
 func (n *Node) reap(ctx context.Context) {
-	t := time.NewTicker(max(n.opts.TTL/4, 10*time.Millisecond))
-	defer t.Stop()
 	var lastDrops uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if d := n.dropped.Load() + n.pdrop.Load(); d != lastDrops {
-				n.dropLog.Warn("peer state updates dropped (queues full); heartbeats repair counts, prefix records are lost", "dropped_total", d)
-				lastDrops = d
+	for now := range clock.Ticks(ctx, max(n.opts.TTL/4, 10*time.Millisecond)) {
+		if d := n.dropped.Load() + n.pdrop.Load(); d != lastDrops {
+			n.dropLog.Warn("peer state updates dropped (queues full); heartbeats repair counts, prefix records are lost", "dropped_total", d)
+			lastDrops = d
+		}
+		n.refused.Flush("more peers refused since the previous line (infergate_tier1_peers_rejected_total)")
+		n.unreach.Flush("more peers not dialled since the previous line")
+		var gone []*origin
+		n.mu.Lock()
+		for o := range n.streams {
+			if now.Sub(o.seen) <= n.opts.TTL {
+				continue
 			}
-			n.refused.Flush("more peers refused since the previous line (infergate_tier1_peers_rejected_total)")
-			n.unreach.Flush("more peers not dialled since the previous line")
-			var gone []*origin
-			n.mu.Lock()
-			for o := range n.streams {
-				if now.Sub(o.seen) <= n.opts.TTL {
-					continue
-				}
-				if n.active[o.id] == o {
-					delete(n.active, o.id)
-					gone = append(gone, o)
-					n.expired.Add(1)
-					n.opts.Logger.Info("peer replica expired", "peer", o.id, "remote", o.remote)
-				}
-				if !o.live {
-					delete(n.streams, o)
-				}
+			if n.active[o.id] == o {
+				delete(n.active, o.id)
+				gone = append(gone, o)
+				n.expired.Add(1)
+				n.opts.Logger.Info("peer replica expired", "peer", o.id, "remote", o.remote)
 			}
-			n.mu.Unlock()
-			for _, o := range gone {
-				n.dropState(o)
+			if !o.live {
+				delete(n.streams, o)
 			}
+		}
+		n.mu.Unlock()
+		for _, o := range gone {
+			n.dropState(o)
 		}
 	}
 }
