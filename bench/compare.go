@@ -95,12 +95,15 @@ func (c Comparison) Run(ctx context.Context) (Outcome, error) {
 		line := fmt.Sprintf("bench %s: %d/%d simulations done (%s)", c.Setup.Name, done, total, el.Round(100*time.Millisecond))
 		switch {
 		case c.ProgressInPlace:
-			fmt.Fprint(c.Progress, "\r"+line)
+			// Progress only: a failed write to it must not stop the run.
+			_, _ = fmt.Fprint(c.Progress, "\r"+line)
 			if done == total {
-				fmt.Fprintln(c.Progress)
+				// Progress only: a failed write to it must not stop the run.
+				_, _ = fmt.Fprintln(c.Progress)
 			}
 		case done == total || time.Since(lastLine) >= 10*time.Second:
-			fmt.Fprintln(c.Progress, line)
+			// Progress only: a failed write to it must not stop the run.
+			_, _ = fmt.Fprintln(c.Progress, line)
 			lastLine = time.Now()
 		}
 		shown = true

@@ -68,7 +68,9 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 			return err
 		}
 		defer pods.Close()
-		fmt.Fprintf(stdout, "pods %s\n", strings.Join(pods.Addrs, ","))
+		if _, err := fmt.Fprintf(stdout, "pods %s\n", strings.Join(pods.Addrs, ",")); err != nil {
+			return fmt.Errorf("tell the parent its address: %w", err)
+		}
 		return serveCommands(ctx, stdin, stdout, func() uint64 { return 0 })
 	case "tier1":
 		var cfg server.Config
@@ -87,7 +89,9 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 		}
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx, ln, nil) }()
-		fmt.Fprintf(stdout, "tier1 %s\n", ln.Addr())
+		if _, err := fmt.Fprintf(stdout, "tier1 %s\n", ln.Addr()); err != nil {
+			return fmt.Errorf("tell the parent its address: %w", err)
+		}
 		cerr := serveCommands(ctx, stdin, stdout, srv.Gateway().Tracker().RecordsDropped)
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -102,7 +106,9 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 		srv := benchServer(BareProxy(strings.Split(os.Getenv(childAddrsEnv), ",")))
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ln) }()
-		fmt.Fprintf(stdout, "bare %s\n", ln.Addr())
+		if _, err := fmt.Fprintf(stdout, "bare %s\n", ln.Addr()); err != nil {
+			return fmt.Errorf("tell the parent its address: %w", err)
+		}
 		cerr := serveCommands(ctx, stdin, stdout, func() uint64 { return 0 })
 		if err := srv.Close(); err != nil {
 			return err
@@ -128,7 +134,9 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 		}
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx, ln, nil) }()
-		fmt.Fprintf(stdout, "tier2 %s\n", ln.Addr())
+		if _, err := fmt.Fprintf(stdout, "tier2 %s\n", ln.Addr()); err != nil {
+			return fmt.Errorf("tell the parent its address: %w", err)
+		}
 		cerr := serveCommands(ctx, stdin, stdout, func() uint64 { return 0 })
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -173,7 +181,9 @@ func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer, dropp
 		var err error
 		switch cmd {
 		case "records-dropped":
-			fmt.Fprintf(stdout, "ok %d\n", dropped())
+			if _, err := fmt.Fprintf(stdout, "ok %d\n", dropped()); err != nil {
+				return fmt.Errorf("answer the parent: %w", err)
+			}
 			continue
 		case "profile-start":
 			if prof != nil {
@@ -209,10 +219,12 @@ func serveCommands(ctx context.Context, stdin io.Reader, stdout io.Writer, dropp
 		default:
 			err = fmt.Errorf("unknown command %q", cmd)
 		}
+		answer := "ok"
 		if err != nil {
-			fmt.Fprintf(stdout, "err %v\n", err)
-		} else {
-			fmt.Fprintln(stdout, "ok")
+			answer = "err " + err.Error()
+		}
+		if _, err := fmt.Fprintln(stdout, answer); err != nil {
+			return fmt.Errorf("answer the parent: %w", err)
 		}
 	}
 }

@@ -473,7 +473,8 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 				}
 				rep.Idle = append(rep.Idle, iw)
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, "rate %g round %d no load for %v: tier1 %.3f, tier2 %.3f, bare %.3f, pods %.3f cores\n",
+					// Progress only: a failed write to it must not stop the run.
+					_, _ = fmt.Fprintf(o.Progress, "rate %g round %d no load for %v: tier1 %.3f, tier2 %.3f, bare %.3f, pods %.3f cores\n",
 						rate, round+1, o.Idle, iw.Cores[PathTier1], iw.Cores[PathTier2], iw.Cores[PathBare], iw.Cores["pods"])
 				}
 			}
@@ -527,7 +528,8 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 				}
 				rep.Windows = append(rep.Windows, w)
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, "rate %g round %d %-5s ok %d/%d errors %d dropped %d: %.3f ms CPU per request (pods %.3f, generator %.3f), p50 %v p99 %v, load %.1f\n",
+					// Progress only: a failed write to it must not stop the run.
+					_, _ = fmt.Fprintf(o.Progress, "rate %g round %d %-5s ok %d/%d errors %d dropped %d: %.3f ms CPU per request (pods %.3f, generator %.3f), p50 %v p99 %v, load %.1f\n",
 						rate, round+1, path, w.OK, w.Sent, w.Errors, w.Dropped, ms(w.PerRequest),
 						ms(perReq(w.CPU["pods"], w.OK)), ms(perReq(w.CPU["generator"], w.OK)),
 						w.Latency.P50.Round(10*time.Microsecond), w.Latency.P99.Round(10*time.Microsecond), w.LoadAvg)
@@ -655,11 +657,12 @@ func compareRows(ws []Window, idle []IdleWindow, paths []string, rates []float64
 }
 
 // WriteMarkdown writes the comparison as a Markdown table.
-func (r *CompareReport) WriteMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "CPU per request beside a bare httputil.ReverseProxy, %s (%s): %d fake pods, %d-byte chat bodies, %d%% streaming, %v windows, %d rounds; load average %.1f before, %.1f after.\n\n",
+func (r *CompareReport) WriteMarkdown(w io.Writer) error {
+	bw := bufio.NewWriter(w) // its error is sticky: Flush returns the first failed write
+	fmt.Fprintf(bw, "CPU per request beside a bare httputil.ReverseProxy, %s (%s): %d fake pods, %d-byte chat bodies, %d%% streaming, %v windows, %d rounds; load average %.1f before, %.1f after.\n\n",
 		r.Start.Format(time.RFC3339), r.Binary, r.Pods, r.BodyBytes, r.StreamPct, r.Window, r.Rounds, r.LoadAvgBefore, r.LoadAvgAfter)
-	fmt.Fprintln(w, "| path | rate (req/s) | CPU ms per request (rounds) | mean | × bare (mean; median, range of rounds) | no-load cores | net ms per request; × bare | delivered (req/s) | errors+dropped |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(bw, "| path | rate (req/s) | CPU ms per request (rounds) | mean | × bare (mean; median, range of rounds) | no-load cores | net ms per request; × bare | delivered (req/s) | errors+dropped |")
+	fmt.Fprintln(bw, "|---|---|---|---|---|---|---|---|---|")
 	for _, x := range r.Rows {
 		name := x.Path
 		if x.Path == PathTier2 {
@@ -669,21 +672,22 @@ func (r *CompareReport) WriteMarkdown(w io.Writer) {
 		if x.NetPerRequest != 0 {
 			net = fmt.Sprintf("%.3f; %.2f", ms(x.NetPerRequest), x.NetRatio)
 		}
-		fmt.Fprintf(w, "| %s | %g | %.3f–%.3f | %.3f | %.2f; %.2f, %.2f–%.2f | %.3f | %s | %.0f | %d |\n",
+		fmt.Fprintf(bw, "| %s | %g | %.3f–%.3f | %.3f | %.2f; %.2f, %.2f–%.2f | %.3f | %s | %.0f | %d |\n",
 			name, x.Rate, ms(x.PerRequestMin), ms(x.PerRequestMax), ms(x.PerRequestMean),
 			x.Ratio, x.RatioMedian, x.RatioMin, x.RatioMax, x.NoLoadCores, net, x.Delivered, x.Errors)
 	}
 	if len(r.Idle) > 0 {
-		fmt.Fprintln(w, "\nNo-load cores: each process's CPU use in a window with no requests at the start of every round (Tier 1 keeps scraping the pods, which report a running request). Net: CPU per request less that use over the window; a decomposition, not the goal.")
+		fmt.Fprintln(bw, "\nNo-load cores: each process's CPU use in a window with no requests at the start of every round (Tier 1 keeps scraping the pods, which report a running request). Net: CPU per request less that use over the window; a decomposition, not the goal.")
 	}
 	for _, x := range r.Windows {
 		if x.FirstErr != "" {
-			fmt.Fprintf(w, "\nFirst error, %s at %g req/s round %d: %s\n", x.Path, x.Rate, x.Round, x.FirstErr)
+			fmt.Fprintf(bw, "\nFirst error, %s at %g req/s round %d: %s\n", x.Path, x.Rate, x.Round, x.FirstErr)
 		}
 	}
 	if len(r.Profiles) > 0 {
-		fmt.Fprintf(w, "\nCPU profiles (go tool pprof -top FILE…): %s\n", strings.Join(r.Profiles, " "))
+		fmt.Fprintf(bw, "\nCPU profiles (go tool pprof -top FILE…): %s\n", strings.Join(r.Profiles, " "))
 	}
+	return bw.Flush()
 }
 
 // tier2Config is Tier 2's configuration for the comparison: one static

@@ -54,7 +54,9 @@ func TestRunCompareTiny(t *testing.T) {
 		}
 	}
 	var md strings.Builder
-	rep.WriteMarkdown(&md)
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(md.String(), "| tier1 | 20 |") || !strings.Contains(md.String(), "No-load cores") {
 		t.Errorf("markdown lacks the tier1 row or the no-load note:\n%s", md.String())
 	}

@@ -419,7 +419,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 						name = "tier1"
 					}
 					d := distOf(res.Latencies)
-					fmt.Fprintf(o.Progress, "rate %g round %d %-6s sent %d ok %d dropped %d errors %d p50 %v p99 %v (load %.1f)\n",
+					// Progress only: a failed write to it must not stop the run.
+					_, _ = fmt.Fprintf(o.Progress, "rate %g round %d %-6s sent %d ok %d dropped %d errors %d p50 %v p99 %v (load %.1f)\n",
 						rate, round+1, name, res.Sent, res.OK, res.Dropped, res.Errors,
 						d.P50.Round(10*time.Microsecond), d.P99.Round(10*time.Microsecond), LoadAvg())
 				}

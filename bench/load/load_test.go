@@ -80,7 +80,9 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	var md strings.Builder
-	rep.WriteMarkdown(&md)
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(md.String(), "| 40 |") {
 		t.Errorf("markdown lacks the 40 req/s row:\n%s", md.String())
 	}

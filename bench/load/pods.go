@@ -21,9 +21,13 @@ import (
 // Model is the model name the fake pods serve and the bench requests.
 const Model = "bench-model"
 
-// podMetrics is a tiny static vLLM-style /metrics page: every pod idle,
-// which keeps every pod a candidate (nothing saturated, nothing queued)
-// and leaves scheduling to the request-dependent scorers.
+// podMetrics is a tiny static vLLM-style /metrics page: every pod lightly
+// loaded (one running request, none waiting, KV cache 20 % used), which
+// keeps every pod a candidate (nothing saturated, nothing queued) and
+// leaves scheduling to the request-dependent scorers. The running request
+// makes Tier 1 treat every pod as busy, so it scrapes each every
+// scrape.interval with or without traffic, as it must a pod under load:
+// the benchmark's windows with no load read that cost.
 const podMetrics = `# TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{model_name="bench-model"} 0
 # TYPE vllm:num_requests_running gauge

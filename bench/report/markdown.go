@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,19 +40,20 @@ func ReadJSON(path string) (Report, error) {
 // WriteMarkdown writes the comparison as a Markdown table (means ± 95% CI
 // half-widths) followed by infergate's relative changes.
 func (r Report) WriteMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "%s; TTFT SLO %s ms", r.seedsText(), fmtNum(float64(r.TTFTSLOMs)))
+	bw := bufio.NewWriter(w) // its error is sticky: Flush returns the first failed write
+	fmt.Fprintf(bw, "%s; TTFT SLO %s ms", r.seedsText(), fmtNum(float64(r.TTFTSLOMs)))
 	if r.CapacityRPS > 0 {
-		fmt.Fprintf(w, "; offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s",
+		fmt.Fprintf(bw, "; offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s",
 			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))
 	}
 	if r.Conditions != "" {
-		fmt.Fprintf(w, "; %s", r.Conditions)
+		fmt.Fprintf(bw, "; %s", r.Conditions)
 	}
-	fmt.Fprint(w, ".\n\n")
-	fmt.Fprintln(w, "| policy | "+strings.Join(latencyHeaders, " | ")+" | output tok/s | goodput req/s | SLO met | prefix hit | failed | shed | floor p99 ms | causal floor p99 ms |")
-	fmt.Fprintln(w, "|---|"+strings.Repeat("--:|", len(latencyHeaders)+8))
+	fmt.Fprint(bw, ".\n\n")
+	fmt.Fprintln(bw, "| policy | "+strings.Join(latencyHeaders, " | ")+" | output tok/s | goodput req/s | SLO met | prefix hit | failed | shed | floor p99 ms | causal floor p99 ms |")
+	fmt.Fprintln(bw, "|---|"+strings.Repeat("--:|", len(latencyHeaders)+8))
 	for _, p := range r.Policies {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Name,
+		fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Name,
 			strings.Join(p.latencyCells(), " | "),
 			fmtCI(p.OutputTokensPerS, p.CI95.OutputTokensPerS, ""),
 			fmtCI(p.GoodputRPS, p.CI95.GoodputRPS, ""),
@@ -60,12 +62,12 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 			fmtNum(float64(p.CausalFloorTTFT.P99)))
 	}
 	if lines := r.Comparisons(); len(lines) > 0 {
-		fmt.Fprintln(w)
+		fmt.Fprintln(bw)
 		for _, l := range lines {
-			fmt.Fprintf(w, "- %s\n", l)
+			fmt.Fprintf(bw, "- %s\n", l)
 		}
 	}
-	return nil
+	return bw.Flush()
 }
 
 // Target is one of the goals for infergate's P99 TTFT.
@@ -102,20 +104,21 @@ func Targets(scenarios []string) []Target {
 // the baseline's P99. (Each request's TTFT is at least its floor, so the
 // P99 of TTFTs is at least the P99 of floors.)
 func WriteTargets(w io.Writer, reports []Report) error {
+	bw := bufio.NewWriter(w) // its error is sticky: Flush returns the first failed write
 	byName := map[string]Report{}
 	var names []string
 	for _, r := range reports {
 		byName[r.Scenario] = r
 		names = append(names, r.Scenario)
 	}
-	fmt.Fprintln(w, "| scenario | target | infergate P99 ms | baseline P99 ms | ratio | change | floor-bound ratio | met? |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|---|")
+	fmt.Fprintln(bw, "| scenario | target | infergate P99 ms | baseline P99 ms | ratio | change | floor-bound ratio | met? |")
+	fmt.Fprintln(bw, "|---|---|--:|--:|--:|--:|--:|---|")
 	for _, t := range Targets(names) {
 		r := byName[t.Scenario]
 		ig, ok1 := r.Find("infergate")
 		b, ok2 := r.Find(t.Baseline)
 		if !ok1 || !ok2 {
-			fmt.Fprintf(w, "| %s | %s | — | — | — | — | — | not run |\n", t.Scenario, t.Goal)
+			fmt.Fprintf(bw, "| %s | %s | — | — | — | — | — | not run |\n", t.Scenario, t.Goal)
 			continue
 		}
 		ratio := float64(ig.TTFT.P99) / float64(b.TTFT.P99)
@@ -129,11 +132,11 @@ func WriteTargets(w io.Writer, reports []Report) error {
 		if bound > t.MaxRatio {
 			met += " — out of reach: the floor alone exceeds it"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.3f× | %s | %.3f× | %s |\n", t.Scenario, t.Goal,
+		fmt.Fprintf(bw, "| %s | %s | %s | %s | %.3f× | %s | %.3f× | %s |\n", t.Scenario, t.Goal,
 			fmtCI(ig.TTFT.P99, ig.CI95.TTFT.P99, ""), fmtCI(b.TTFT.P99, b.CI95.TTFT.P99, ""),
 			ratio, fmtChange(ratio-1), bound, met)
 	}
-	return nil
+	return bw.Flush()
 }
 
 // WriteGlance writes one Markdown row per report: each policy's P99 TTFT
@@ -143,6 +146,7 @@ func WriteTargets(w io.Writer, reports []Report) error {
 // scripts/bench.sh from the same run as BENCHMARKS.md. Policies are those
 // of the first report, in its order.
 func WriteGlance(w io.Writer, reports []Report) error {
+	bw := bufio.NewWriter(w) // its error is sticky: Flush returns the first failed write
 	if len(reports) == 0 {
 		return nil
 	}
@@ -151,8 +155,8 @@ func WriteGlance(w io.Writer, reports []Report) error {
 		names = append(names, p.Name)
 	}
 	list := strings.Join(names, " / ")
-	fmt.Fprintf(w, "| run | P99 TTFT ms (%s) | P99 e2e ms (%s) | infergate ÷ best other, TTFT / e2e |\n", list, list)
-	fmt.Fprintln(w, "|---|--:|--:|--:|")
+	fmt.Fprintf(bw, "| run | P99 TTFT ms (%s) | P99 e2e ms (%s) | infergate ÷ best other, TTFT / e2e |\n", list, list)
+	fmt.Fprintln(bw, "|---|--:|--:|--:|")
 	for _, r := range reports {
 		var ttft, e2e []string
 		ig, hasIG := r.Find("infergate")
@@ -174,7 +178,7 @@ func WriteGlance(w io.Writer, reports []Report) error {
 		if hasIG && !math.IsInf(bestT, 1) {
 			ratio = fmt.Sprintf("%.2f× / %.2f×", float64(ig.TTFT.P99)/bestT, float64(ig.E2E.P99)/bestE)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.Scenario, strings.Join(ttft, " / "), strings.Join(e2e, " / "), ratio)
+		fmt.Fprintf(bw, "| %s | %s | %s | %s |\n", r.Scenario, strings.Join(ttft, " / "), strings.Join(e2e, " / "), ratio)
 	}
-	return nil
+	return bw.Flush()
 }

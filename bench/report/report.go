@@ -4,6 +4,7 @@
 package report
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -375,20 +376,22 @@ func fmtNum(v float64) string {
 // WriteTable writes a human-readable comparison: means over seeds with the
 // 95% CI half-width after ±.
 func (r Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "scenario %s: %s, TTFT SLO %v ms; mean over seeds ± 95%% CI half-width\n",
+	bw := bufio.NewWriter(w) // its error is sticky: Flush returns the first failed write
+	fmt.Fprintf(bw, "scenario %s: %s, TTFT SLO %v ms; mean over seeds ± 95%% CI half-width\n",
 		r.Scenario, r.seedsText(), fmtNum(float64(r.TTFTSLOMs)))
 	if r.CapacityRPS > 0 {
-		fmt.Fprintf(w, "offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s\n",
+		fmt.Fprintf(bw, "offered load %s req/s = %s of the fleet's saturated capacity (%s req/s); an even split would load the busiest pod type to %s\n",
 			fmtNum(float64(r.OfferedRPS)), fmtPct(float64(r.Utilisation)), fmtNum(float64(r.CapacityRPS)), fmtPct(float64(r.EvenSplitUtilisation)))
 	}
 	if r.Conditions != "" {
-		fmt.Fprintf(w, "conditions: %s\n", r.Conditions)
+		fmt.Fprintf(bw, "conditions: %s\n", r.Conditions)
 	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "policy\t"+strings.Join(latencyHeaders, "\t")+"\tout tok/s\tgoodput req/s\tSLO met\tprefix hit\tfailed\tshed\tfloor p99 ms\tcausal floor p99 ms\t")
+	fmt.Fprintln(bw)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+	// tw writes through bw, whose error is sticky (returned by its Flush below).
+	_, _ = fmt.Fprintln(tw, "policy\t"+strings.Join(latencyHeaders, "\t")+"\tout tok/s\tgoodput req/s\tSLO met\tprefix hit\tfailed\tshed\tfloor p99 ms\tcausal floor p99 ms\t")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Name,
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Name,
 			strings.Join(p.latencyCells(), "\t"),
 			fmtCI(p.OutputTokensPerS, p.CI95.OutputTokensPerS, ""),
 			fmtCI(p.GoodputRPS, p.CI95.GoodputRPS, ""),
@@ -401,9 +404,9 @@ func (r Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	if lines := r.Comparisons(); len(lines) > 0 {
-		fmt.Fprintln(w)
+		fmt.Fprintln(bw)
 		for _, l := range lines {
-			fmt.Fprintln(w, l)
+			fmt.Fprintln(bw, l)
 		}
 	}
 	var spread []string
@@ -414,10 +417,10 @@ func (r Report) WriteTable(w io.Writer) error {
 		}
 	}
 	if len(spread) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "learned prefill speeds, max/min among pods of one hardware class, time average after warm-up: "+strings.Join(spread, "; "))
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "learned prefill speeds, max/min among pods of one hardware class, time average after warm-up: "+strings.Join(spread, "; "))
 	}
-	return nil
+	return bw.Flush()
 }
 
 // latencyHeaders head the latency columns of the headline tables: TTFT,

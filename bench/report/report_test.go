@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"math"
 	"os"
@@ -321,6 +322,52 @@ func TestWriteGlance(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
+// failAfter accepts n bytes, then fails every write: a full disk or a
+// closed pipe under the report.
+type failAfter struct{ n int }
+
+var errWriteFailed = errors.New("write failed")
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) <= f.n {
+		f.n -= len(p)
+		return len(p), nil
+	}
+	n := f.n
+	f.n = 0
+	return n, errWriteFailed
+}
+
+// Every report writer returns the first failed write, whether it fails at
+// the first byte or part way through (a report must not look written when
+// it was cut).
+func TestWritersReportWriteErrors(t *testing.T) {
+	r := sample()
+	writers := []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{"WriteMarkdown", r.WriteMarkdown},
+		{"WriteTable", r.WriteTable},
+		{"WriteTargets", func(w io.Writer) error { return WriteTargets(w, []Report{r}) }},
+		{"WriteGlance", func(w io.Writer) error { return WriteGlance(w, []Report{r}) }},
+		{"WriteTTFTCDF", r.WriteTTFTCDF},
+		{"WriteLoad", func(w io.Writer) error { return WriteLoad(w, "t", r.Policies[0].Runs()[0].Load) }},
+		{"WriteJSON", r.WriteJSON},
+	}
+	for _, wr := range writers {
+		var whole bytes.Buffer
+		if err := wr.write(&whole); err != nil {
+			t.Fatalf("%s: %v", wr.name, err)
+		}
+		for _, n := range []int{0, whole.Len() / 2, whole.Len() - 1} {
+			if err := wr.write(&failAfter{n: n}); !errors.Is(err, errWriteFailed) {
+				t.Errorf("%s failing after %d of %d bytes: err %v, want the write's error", wr.name, n, whole.Len(), err)
+			}
 		}
 	}
 }

@@ -89,7 +89,9 @@ func runLoadbench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	rep.WriteMarkdown(stdout)
+	if err := rep.WriteMarkdown(stdout); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
 	return writeJSON(*jsonOut, rep)
 }
 
@@ -167,7 +169,9 @@ func runLoadbenchCPU(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	rep.WriteMarkdown(stdout)
+	if err := rep.WriteMarkdown(stdout); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
 	return writeJSON(*jsonOut, rep)
 }
 
