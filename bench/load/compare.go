@@ -39,7 +39,21 @@ const (
 	PathBare  = "bare"
 	PathTier1 = "tier1"
 	PathTier2 = "tier2"
+	// PathTier1Slow is Tier 1 as on its path but scraping every pod every
+	// second (scrape.interval 1s, and scheduler.stale_after 3s so that
+	// no pod's metrics go stale between scrapes), not every 50 ms:
+	// measured beside tier1, the difference is what 50 ms scraping costs
+	// under load. A diagnostic, not in the default paths.
+	PathTier1Slow = "tier1-1s"
 )
+
+// tierOf is the infergate subcommand (or lab child role) that serves path.
+func tierOf(path string) string {
+	if path == PathTier1Slow {
+		return PathTier1
+	}
+	return path
+}
 
 // CompareOptions configure RunCompare. The zero value (plus Command and
 // Infergate) runs the figures: 300 and 600 req/s, 20 s windows, 2
@@ -55,8 +69,9 @@ type CompareOptions struct {
 	Infergate string
 	// LogLevel of the infergate processes; default info (their default).
 	LogLevel string
-	// Paths to measure, a subset of bare, tier1, tier2; default all. The
-	// bare proxy always runs (Tier 2 forwards to it).
+	// Paths to measure, a subset of bare, tier1, tier2, tier1-1s; default
+	// bare, tier1, tier2. The bare proxy always runs (Tier 2 forwards to
+	// it).
 	Paths []string
 	// Rates in requests per second; default 300, 600.
 	Rates []float64
@@ -308,8 +323,8 @@ func startLab(ctx context.Context, command []string, role string, env ...string)
 func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 	o.defaults()
 	for _, p := range o.Paths {
-		if p != PathBare && p != PathTier1 && p != PathTier2 {
-			return nil, fmt.Errorf("load: unknown path %q (want bare, tier1, tier2)", p)
+		if p != PathBare && p != PathTier1 && p != PathTier2 && p != PathTier1Slow {
+			return nil, fmt.Errorf("load: unknown path %q (want bare, tier1, tier2, tier1-1s)", p)
 		}
 	}
 	if o.CPUProfile != "" && o.Infergate != "" {
@@ -365,9 +380,9 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 		var addr string
 		var err error
 		if o.Infergate != "" {
-			p, addr, err = startReal(ctx, o.Infergate, path, cfgPath, o.LogLevel, filepath.Join(dir, path+".log"), "--listen", "127.0.0.1:0")
+			p, addr, err = startReal(ctx, o.Infergate, tierOf(path), cfgPath, o.LogLevel, filepath.Join(dir, path+".log"), "--listen", "127.0.0.1:0")
 		} else {
-			p, addr, err = startLab(ctx, o.Command, path, childConfigEnv+"="+cfgPath)
+			p, addr, err = startLab(ctx, o.Command, tierOf(path), childConfigEnv+"="+cfgPath)
 		}
 		if err != nil {
 			return err
@@ -377,20 +392,23 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 		return nil
 	}
 	defer func() {
-		for _, name := range []string{PathTier1, PathTier2} {
+		for _, name := range []string{PathTier1, PathTier2, PathTier1Slow} {
 			if p := procs[name]; p != nil {
 				p.stop()
 			}
 		}
 	}()
-	if slices.Contains(o.Paths, PathTier1) {
+	for path, extra := range map[string]string{PathTier1: "", PathTier1Slow: "scrape: {interval: 1s}\nscheduler: {stale_after: 3s}\n"} {
+		if !slices.Contains(o.Paths, path) {
+			continue
+		}
 		cfg := tier1Config(t1Token, addrs)
-		cfg = append(cfg, "metrics_listen: 127.0.0.1:0\n"...)
-		if err := start(PathTier1, cfg); err != nil {
+		cfg = append(cfg, "metrics_listen: 127.0.0.1:0\n"+extra...)
+		if err := start(path, cfg); err != nil {
 			return nil, err
 		}
-		tokens[PathTier1] = t1Token
-		if err := waitReady(ctx, strings.TrimSuffix(urls[PathTier1], "/v1/chat/completions"), t1Token, o.Pods); err != nil {
+		tokens[path] = t1Token
+		if err := waitReady(ctx, strings.TrimSuffix(urls[path], "/v1/chat/completions"), t1Token, o.Pods); err != nil {
 			return nil, err
 		}
 	}
@@ -409,7 +427,7 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 			bodies: bodies, seq: &seq, maxInFlight: o.MaxInFlight}
 	}
 	self := os.Getpid()
-	names := []string{"pods", PathBare, PathTier1, PathTier2}
+	names := []string{"pods", PathBare, PathTier1, PathTier2, PathTier1Slow}
 	cpuAll := func() (map[string]time.Duration, error) {
 		m := map[string]time.Duration{}
 		for _, n := range names {
@@ -474,8 +492,14 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 				rep.Idle = append(rep.Idle, iw)
 				if o.Progress != nil {
 					// Progress only: a failed write to it must not stop the run.
-					_, _ = fmt.Fprintf(o.Progress, "rate %g round %d no load for %v: tier1 %.3f, tier2 %.3f, bare %.3f, pods %.3f cores\n",
-						rate, round+1, o.Idle, iw.Cores[PathTier1], iw.Cores[PathTier2], iw.Cores[PathBare], iw.Cores["pods"])
+					var cores []string
+					for _, n := range names {
+						if procs[n] != nil {
+							cores = append(cores, fmt.Sprintf("%s %.3f", n, iw.Cores[n]))
+						}
+					}
+					_, _ = fmt.Fprintf(o.Progress, "rate %g round %d no load for %v: %s cores\n",
+						rate, round+1, o.Idle, strings.Join(cores, ", "))
 				}
 			}
 			for i := range o.Paths {

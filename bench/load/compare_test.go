@@ -27,13 +27,14 @@ func TestRunCompareTiny(t *testing.T) {
 	rep, err := RunCompare(context.Background(), CompareOptions{
 		Command: []string{exe}, Rates: []float64{20}, Window: time.Second, Rounds: 1, Pods: 4,
 		Warmup: -1, Settle: -1, Idle: 500 * time.Millisecond, Progress: &progress, LogLevel: "warn",
+		Paths: []string{PathBare, PathTier1, PathTier2, PathTier1Slow},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log(progress.String())
-	if len(rep.Windows) != 3 || len(rep.Idle) != 1 || len(rep.Rows) != 3 {
-		t.Fatalf("got %d windows, %d idle windows, %d rows; want 3, 1, 3", len(rep.Windows), len(rep.Idle), len(rep.Rows))
+	if len(rep.Windows) != 4 || len(rep.Idle) != 1 || len(rep.Rows) != 4 {
+		t.Fatalf("got %d windows, %d idle windows, %d rows; want 4, 1, 4", len(rep.Windows), len(rep.Idle), len(rep.Rows))
 	}
 	for _, w := range rep.Windows {
 		if w.OK != w.Sent || w.OK != 20 || w.Errors+w.Dropped != 0 {
@@ -41,14 +42,14 @@ func TestRunCompareTiny(t *testing.T) {
 		}
 		// CPU is read in clock ticks (10 ms): a second at 20 req/s may
 		// read as none, so only the readings are checked here.
-		if len(w.CPU) != 5 || w.Span < w.Wall {
+		if len(w.CPU) != 6 || w.Span < w.Wall {
 			t.Errorf("%s: CPU read %v, span %v, wall %v", w.Path, w.CPU, w.Span, w.Wall)
 		}
 	}
-	if c := rep.Idle[0].Cores; len(c) != 5 {
-		t.Errorf("idle window read %v, want pods, bare, tier1, tier2 and generator", c)
+	if c := rep.Idle[0].Cores; len(c) != 6 {
+		t.Errorf("idle window read %v, want pods, bare, tier1, tier2, tier1-1s and generator", c)
 	}
-	for i, path := range []string{PathBare, PathTier1, PathTier2} {
+	for i, path := range []string{PathBare, PathTier1, PathTier2, PathTier1Slow} {
 		if r := rep.Rows[i]; r.Path != path || r.Rate != 20 || r.Errors != 0 {
 			t.Errorf("row %d: %s at %g req/s, %d errors; want %s, 20, 0", i, r.Path, r.Rate, r.Errors, path)
 		}
@@ -57,7 +58,7 @@ func TestRunCompareTiny(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), "| tier1 | 20 |") || !strings.Contains(md.String(), "No-load cores") {
+	if !strings.Contains(md.String(), "| tier1 | 20 |") || !strings.Contains(md.String(), "| tier1-1s | 20 |") || !strings.Contains(md.String(), "No-load cores") {
 		t.Errorf("markdown lacks the tier1 row or the no-load note:\n%s", md.String())
 	}
 	if _, err := json.Marshal(rep); err != nil {

@@ -103,7 +103,7 @@ func runLoadbenchCPU(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.SetOutput(stderr)
 	var (
 		bin       = fs.String("infergate", "", "the infergate binary (go build -o /tmp/infergate ./cmd/infergate); empty runs both tiers in children of this binary, which --cpuprofile needs")
-		paths     = fs.String("paths", "bare,tier1,tier2", "paths to measure, from bare, tier1, tier2")
+		paths     = fs.String("paths", "bare,tier1,tier2", "paths to measure, from bare, tier1, tier2, tier1-1s (Tier 1 scraping every second, not every 50 ms: a diagnostic)")
 		rates     = fs.String("rates", "300,600", "comma-separated arrival rates, requests per second")
 		window    = fs.Duration("window", 20*time.Second, "load time of one path at a time")
 		rounds    = fs.Int("rounds", 2, "rounds of windows per rate (every path once a round, order rotating)")

@@ -21,7 +21,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -33,6 +35,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -132,10 +135,15 @@ func scrapeCmd(args []string) error {
 	warmup := fs.Duration("warmup", 3*time.Second, "time before the measured window")
 	window := fs.Duration("for", 10*time.Second, "measured window")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the measured window here")
+	plain := fs.Bool("plain", false, "the floor: a plain net/http GET of /metrics every -interval per pod on the scraper's transport, "+
+		"the body read and discarded (no parsing, no state), instead of the scraper")
 	_ = fs.Parse(args)
 	addrs, err := readAddrs(*addrsPath)
 	if err != nil {
 		return err
+	}
+	if *plain {
+		return plainGets(addrs, *interval, *warmup, *window)
 	}
 	var targets []scrape.Target
 	for i, a := range addrs {
@@ -174,6 +182,55 @@ func scrapeCmd(args []string) error {
 	}
 	after := counts(s)
 	report("scraper", len(targets), t1.Sub(t0), c1-c0, before, after)
+	return nil
+}
+
+// plainGets is the floor under the scraper: one goroutine per pod GETs its
+// /metrics every interval through net/http on scrape.NewTransport and
+// discards the body. What the scraper costs above this is its own.
+func plainGets(addrs []string, interval, warmup, window time.Duration) error {
+	client := &http.Client{Transport: scrape.NewTransport()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	n := map[string]podCount{}
+	for _, a := range addrs {
+		go func() {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				resp, err := client.Get("http://" + a + "/metrics")
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close() // read to its end: the connection is kept
+				}
+				mu.Lock()
+				c := n[a]
+				c.scrapes++
+				if err != nil {
+					c.errors++
+				}
+				n[a] = c
+				mu.Unlock()
+			}
+		}()
+	}
+	snapshot := func() map[string]podCount {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(n)
+	}
+	time.Sleep(warmup)
+	before := snapshot()
+	c0, t0 := cpuSeconds(), time.Now()
+	time.Sleep(window)
+	c1, t1 := cpuSeconds(), time.Now()
+	report("plain net/http GET", len(addrs), t1.Sub(t0), c1-c0, before, snapshot())
 	return nil
 }
 
