@@ -93,16 +93,14 @@ func (c Comparison) Run(ctx context.Context) (Outcome, error) {
 			return
 		}
 		line := fmt.Sprintf("bench %s: %d/%d simulations done (%s)", c.Setup.Name, done, total, el.Round(100*time.Millisecond))
+		// Progress only: a failed write to it must not stop the run.
 		switch {
 		case c.ProgressInPlace:
-			// Progress only: a failed write to it must not stop the run.
 			_, _ = fmt.Fprint(c.Progress, "\r"+line)
 			if done == total {
-				// Progress only: a failed write to it must not stop the run.
 				_, _ = fmt.Fprintln(c.Progress)
 			}
 		case done == total || time.Since(lastLine) >= 10*time.Second:
-			// Progress only: a failed write to it must not stop the run.
 			_, _ = fmt.Fprintln(c.Progress, line)
 			lastLine = time.Now()
 		}

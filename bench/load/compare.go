@@ -398,7 +398,11 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 			}
 		}
 	}()
-	for path, extra := range map[string]string{PathTier1: "", PathTier1Slow: "scrape: {interval: 1s}\nscheduler: {stale_after: 3s}\n"} {
+	for _, t1 := range []struct{ path, extra string }{
+		{PathTier1, ""},
+		{PathTier1Slow, "scrape: {interval: 1s}\nscheduler: {stale_after: 3s}\n"},
+	} {
+		path, extra := t1.path, t1.extra
 		if !slices.Contains(o.Paths, path) {
 			continue
 		}
@@ -491,13 +495,13 @@ func RunCompare(ctx context.Context, o CompareOptions) (*CompareReport, error) {
 				}
 				rep.Idle = append(rep.Idle, iw)
 				if o.Progress != nil {
-					// Progress only: a failed write to it must not stop the run.
 					var cores []string
 					for _, n := range names {
 						if procs[n] != nil {
 							cores = append(cores, fmt.Sprintf("%s %.3f", n, iw.Cores[n]))
 						}
 					}
+					// Progress only: a failed write to it must not stop the run.
 					_, _ = fmt.Fprintf(o.Progress, "rate %g round %d no load for %v: %s cores\n",
 						rate, round+1, o.Idle, strings.Join(cores, ", "))
 				}
