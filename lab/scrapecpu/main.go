@@ -40,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infergate/infergate/shared/clock"
 	"github.com/infergate/infergate/tier1/scrape"
 )
 
@@ -196,14 +197,7 @@ func plainGets(addrs []string, interval, warmup, window time.Duration) error {
 	n := map[string]podCount{}
 	for _, a := range addrs {
 		go func() {
-			t := time.NewTicker(interval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+			for range clock.Ticks(ctx, interval) {
 				resp, err := client.Get("http://" + a + "/metrics")
 				if err == nil {
 					_, err = io.Copy(io.Discard, resp.Body)
